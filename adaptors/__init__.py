@@ -1,0 +1,1 @@
+"""insitu adaptors (placeholder package; see the open issues)."""

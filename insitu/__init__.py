@@ -1,0 +1,44 @@
+"""insitu: in-situ GPU visualization of running simulations.
+
+The runtime layer: arrays and the counted transfer gateway (:mod:`insitu.arrays`),
+domain decomposition (:mod:`insitu.domain`), halo exchange (:mod:`insitu.halo`) over
+pluggable transports (:mod:`insitu.transports`).
+"""
+
+from . import arrays, domain, halo, transports
+from .arrays import (
+    DeviceUnavailableError,
+    HostTransferError,
+    asarray,
+    count_transfers,
+    no_host_transfers,
+    to_device,
+    to_host,
+)
+from .domain import BlockInfo, Domain, dims_create
+from .errors import InsituError, MismatchError, PeerTimeoutError
+from .halo import HaloExchange, exchange_halos
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BlockInfo",
+    "DeviceUnavailableError",
+    "Domain",
+    "HaloExchange",
+    "HostTransferError",
+    "InsituError",
+    "MismatchError",
+    "PeerTimeoutError",
+    "arrays",
+    "asarray",
+    "count_transfers",
+    "dims_create",
+    "domain",
+    "exchange_halos",
+    "halo",
+    "no_host_transfers",
+    "to_device",
+    "to_host",
+    "transports",
+]

@@ -1,0 +1,130 @@
+"""Transport interface, peer description and the timed wait every transport uses.
+
+A transport moves one flat buffer per peer in each direction per exchange. The halo
+exchange (or a shuffle) packs into :meth:`Transport.send_buffer`, calls
+:meth:`Transport.start`, then :meth:`Transport.wait`, unpacks from what ``wait``
+returned and finally calls :meth:`Transport.release`. Who synchronizes: the caller
+enqueues packing on the current CUDA stream; ``start`` makes sure that work is done
+(or ordered) before the data leaves; after ``wait`` the received buffers may be read
+by work enqueued on the current stream; ``release`` makes sure that work is done
+before the sender may overwrite them.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import os
+import socket
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import PeerTimeoutError
+
+__all__ = ["PeerInfo", "Transport", "TransportContext", "wait_requests"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PeerInfo:
+    """Where a rank runs: used to choose the transport for each pair of ranks."""
+
+    rank: int
+    host: str
+    pid: int
+    backend: str  # "numpy" or "cupy"
+    device: str | None  # PCI bus id of the rank's CUDA device
+
+    @classmethod
+    def here(cls, rank: int, backend: str) -> "PeerInfo":
+        dev = None
+        if backend == "cupy":
+            import cupy
+
+            dev = cupy.cuda.Device().pci_bus_id
+        return cls(rank, socket.gethostname(), os.getpid(), backend, dev)
+
+
+@dataclasses.dataclass
+class TransportContext:
+    """What a transport needs from the job: a private communicator and the peers."""
+
+    comm: Any  # mpi4py communicator, duplicated for the library's own traffic
+    rank: int
+    infos: Sequence[PeerInfo]
+    timeout: float
+
+
+class Transport(abc.ABC):
+    """Moves one flat buffer per peer in each direction per exchange."""
+
+    name = "base"
+
+    def __init__(self, ctx: TransportContext, send_counts: dict[int, int], recv_counts: dict[int, int],
+                 dtype: np.dtype, xp) -> None:
+        self.ctx = ctx
+        self.send_counts = dict(send_counts)
+        self.recv_counts = dict(recv_counts)
+        self.dtype = np.dtype(dtype)
+        self.xp = xp
+
+    @property
+    def peers(self) -> list[int]:
+        return sorted(set(self.send_counts) | set(self.recv_counts))
+
+    @abc.abstractmethod
+    def send_buffer(self, peer: int):
+        """Flat array to pack the data for `peer` into."""
+
+    def prepare(self, deadline: float) -> None:
+        """Called before packing: wait until the send buffers may be overwritten."""
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Send the packed buffers and post the receives."""
+
+    @abc.abstractmethod
+    def wait(self, deadline: float) -> dict[int, Any]:
+        """Block (until `deadline`, a ``time.monotonic()`` value) for the receives; return them."""
+
+    def release(self) -> None:
+        """Called after unpacking was enqueued."""
+
+    def close(self) -> None:
+        """Free buffers and peer resources."""
+
+
+def wait_requests(requests: Sequence, peers: Sequence[int], deadline: float, what: str) -> None:
+    """Wait for mpi4py requests until `deadline`; name the silent peers on timeout.
+
+    Requests that did not complete are cancelled before raising, so their buffers
+    can be freed.
+    """
+    from mpi4py import MPI
+
+    if not requests:
+        return
+    done = [False] * len(requests)
+    spin = 0
+    while True:
+        for i, r in enumerate(requests):
+            if not done[i]:
+                done[i] = r.Test()
+        if all(done):
+            return
+        if time.monotonic() > deadline:
+            missing = sorted({p for p, d in zip(peers, done) if not d})
+            for r, d in zip(requests, done):
+                if not d:
+                    try:
+                        r.Cancel()
+                    except MPI.Exception:
+                        pass
+            raise PeerTimeoutError(
+                f"{what}: rank(s) {missing} did not answer in time "
+                "(dead, hung, or not taking part in the same exchange)"
+            )
+        spin += 1
+        if spin > 1000:  # stay responsive for fast exchanges, stop burning a core for slow ones
+            time.sleep(1e-4 if spin < 20000 else 1e-3)

@@ -1,0 +1,1 @@
+"""insitu render (placeholder package; see the open issues)."""

@@ -1,0 +1,1 @@
+"""insitu solvers (placeholder package; see the open issues)."""
