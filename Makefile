@@ -1,0 +1,45 @@
+# insitu: build and test entry points.
+#   make demo      install everything (system libs, .venv) and run the 4-rank halo demo
+#   make test      install everything and run the CPU test suite (what CI runs)
+#   make gpu-test  GPU machine only: run tests/gpu with that machine's own Python env
+#   make clean     remove .venv, build outputs and caches
+
+PYTHON ?= python3
+VENV   := .venv
+VPY    := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# mpiexec comes from the mpich wheel inside the venv: put the venv first on PATH.
+VENV_PATH := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)"
+
+.PHONY: all venv system test demo gpu-test clean
+
+all: test
+
+system:
+	@bash scripts/ensure-system.sh
+
+venv: $(STAMP)
+
+# Re-install only when pyproject.toml changes (editable install: code edits need no re-install).
+$(STAMP): pyproject.toml
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -e '.[test]'
+	@touch $@
+
+test: system venv
+	$(VENV_PATH) $(VPY) -m pytest -q
+
+demo: system venv
+	@mkdir -p out
+	$(VENV_PATH) $(VENV)/bin/mpiexec -n 4 $(VPY) examples/halo_demo.py --out out/halo_demo.png
+
+# For the GPU machine, which has its own Python environment (CuPy, CUDA bindings, the
+# package installed there) and no .venv: uses whatever `python3` is on PATH.
+# tests/gpu is excluded from the default run by norecursedirs in pyproject.toml.
+gpu-test:
+	python3 -m pytest -q tests/gpu
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis out
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Make sure the system (non-Python) pieces the project needs are present:
+#   - headless OpenGL through Mesa EGL (surfaceless platform, llvmpipe driver):
+#     libEGL.so.1 (libegl1), libEGL_mesa.so.0 (libegl-mesa0), the Mesa DRI/gallium
+#     driver swrast_dri.so or libgallium*.so (libgl1-mesa-dri);
+#   - a working `python3 -m venv` (python3-venv on Debian/Ubuntu).
+# Installs missing Debian packages when running as root with apt-get; otherwise prints
+# what to install and exits 0 (the rendering tests then report what is missing).
+# Idempotent; prints nothing when everything is present.
+set -euo pipefail
+
+PYTHON="${PYTHON:-python3}"
+
+have_lib() {  # have_lib NAME: is a shared library NAME known to the dynamic loader?
+    if command -v ldconfig >/dev/null 2>&1 || [ -x /sbin/ldconfig ]; then
+        local ldc
+        ldc="$(command -v ldconfig || echo /sbin/ldconfig)"
+        "$ldc" -p 2>/dev/null | grep -q "[[:space:]]$1 " && return 0
+    fi
+    local d
+    for d in /usr/lib/*-linux-gnu /lib/*-linux-gnu /usr/lib64 /usr/lib; do
+        [ -e "$d/$1" ] && return 0
+    done
+    return 1
+}
+
+have_mesa_driver() {  # llvmpipe: swrast_dri.so (Mesa < 24) or libgallium-*.so (Mesa >= 24)
+    local d
+    for d in /usr/lib/*-linux-gnu/dri /usr/lib64/dri /usr/lib/dri /usr/lib/*-linux-gnu /usr/lib64; do
+        compgen -G "$d/swrast_dri.so" >/dev/null && return 0
+        compgen -G "$d/libgallium*.so" >/dev/null && return 0
+    done
+    return 1
+}
+
+missing=()
+have_lib libEGL.so.1      || missing+=(libegl1)
+have_lib libEGL_mesa.so.0 || missing+=(libegl-mesa0)
+have_mesa_driver          || missing+=(libgl1-mesa-dri)
+if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    missing+=(python3-venv)
+fi
+
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "ensure-system: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    exit 0
+fi
+
+cat >&2 <<MSG
+ensure-system: missing system packages: ${missing[*]}
+  Install them (Debian/Ubuntu):  sudo apt-get install ${missing[*]}
+  Continuing: without the GL libraries the rendering tests report what is missing;
+  without python3-venv 'make venv' cannot create .venv.
+MSG
+exit 0
