@@ -182,7 +182,13 @@ class HaloExchange:
             t.release()
 
     def close(self) -> None:
-        """Release transport buffers and peer mappings."""
+        """Release transport buffers, peer mappings and the private communicator."""
+        self._teardown()
+        if self._ctx is not None:
+            self._ctx.comm.Free()
+            self._ctx = None
+
+    def _teardown(self) -> None:
         for t in self._transports:
             t.close()
         self._transports = []
@@ -228,7 +234,7 @@ class HaloExchange:
         return arrs
 
     def _setup(self, key: tuple[str, str]) -> None:
-        self.close()
+        self._teardown()
         dtype, backend = key
         xp = np if backend == "numpy" else arrays.cupy_or_none()
         me = PeerInfo.here(self.rank, backend)
@@ -237,23 +243,27 @@ class HaloExchange:
             return
         if self._ctx is None:
             comm, req = self._user_comm.Idup()  # private traffic; Idup so a missing rank times out
-            wait_requests([req], [-1], time.monotonic() + self.timeout,
+            wait_requests([req], [None], time.monotonic() + self.timeout,
                           f"halo exchange set-up on rank {self.rank} (duplicating the communicator)")
             self._ctx = TransportContext(comm, self.rank, [], self.timeout)
         comm = self._ctx.comm
-        mine = (self.domain.signature(), dtype, backend, _override_sig(self._override), me)
-        wait_requests([comm.Ibarrier()], [-1], time.monotonic() + self.timeout,
+        dom = self.domain
+        mine = {
+            "dims": dom.dims, "block offsets": dom.offsets, "ghost width": dom.ghost,
+            "periodic axes": dom.periodic, "block owners": dom.owners, "dtype": dtype,
+            "array backend": backend, "transport override": _override_sig(self._override),
+        }
+        wait_requests([comm.Ibarrier()], [None], time.monotonic() + self.timeout,
                       f"halo exchange set-up on rank {self.rank}")
-        everyone = comm.allgather(mine)
-        names = ("domain decomposition", "dtype", "array backend", "transport override")
-        for r, theirs in enumerate(everyone):
-            for name, a, b in zip(names, mine[:4], theirs[:4]):
-                if a != b:
+        everyone = comm.allgather((mine, me))
+        for r, (theirs, _) in enumerate(everyone):
+            for name, a in mine.items():
+                if theirs[name] != a:
                     raise MismatchError(
-                        f"halo exchange: rank {r} has {name} {b!r}, rank {self.rank} has {a!r}; "
+                        f"halo exchange: rank {r} has {name} {theirs[name]!r}, rank {self.rank} has {a!r}; "
                         "all ranks must agree"
                     )
-        infos = [e[4] for e in everyone]
+        infos = [e[1] for e in everyone]
         self._ctx.infos = infos
         by_name: dict[str, tuple[dict, dict]] = {}
         for p in sorted(set(self._sends) | set(self._recvs)):

@@ -95,8 +95,10 @@ class Transport(abc.ABC):
         """Free buffers and peer resources."""
 
 
-def wait_requests(requests: Sequence, peers: Sequence[int], deadline: float, what: str) -> None:
+def wait_requests(requests: Sequence, peers: Sequence[int | None], deadline: float, what: str) -> None:
     """Wait for mpi4py requests until `deadline`; name the silent peers on timeout.
+
+    `peers` gives the rank each request waits for (``None`` for a collective).
 
     Requests that did not complete are cancelled before raising, so their buffers
     can be freed.
@@ -114,15 +116,19 @@ def wait_requests(requests: Sequence, peers: Sequence[int], deadline: float, wha
         if all(done):
             return
         if time.monotonic() > deadline:
-            missing = sorted({p for p, d in zip(peers, done) if not d})
+            missing = sorted({p for p, d in zip(peers, done) if not d and p is not None})
+            collective = any(p is None for p, d in zip(peers, done) if not d)
             for r, d in zip(requests, done):
                 if not d:
                     try:
                         r.Cancel()
                     except MPI.Exception:
                         pass
+            who = f"rank(s) {missing}" if missing else "some rank of the communicator"
+            if collective and missing:
+                who += " and some rank of the communicator"
             raise PeerTimeoutError(
-                f"{what}: rank(s) {missing} did not answer in time "
+                f"{what}: {who} did not answer in time "
                 "(dead, hung, or not taking part in the same exchange)"
             )
         spin += 1

@@ -1,0 +1,49 @@
+"""Run under mpiexec -n 2 with a fault: rank 1 breaks the exchange, rank 0 reports it.
+
+Faults: silent (rank 1 never joins), stops (rank 1 exchanges once, then stops),
+dtype, ghost, transport (rank 1 differs).
+Each rank prints "rank R: ErrorType: message" and exits 0 if it raised as expected.
+"""
+
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from insitu import Domain, HaloExchange, MismatchError, PeerTimeoutError
+
+fault = sys.argv[1]
+comm = MPI.COMM_WORLD
+rank = comm.rank
+odd = rank == 1
+dtype = np.float64 if (fault == "dtype" and odd) else np.float32
+ghost = 2 if (fault == "ghost" and odd) else 1
+transport = "mpi" if (fault == "transport" and odd) else None
+dom = Domain.create((8, 8, 8), nblocks=4, ghost=ghost, nranks=2)
+blocks = {g: np.zeros(dom.block(g).padded_shape, dtype) for g in dom.blocks_of(rank)}
+
+if fault == "silent" and odd:
+    time.sleep(4)  # longer than rank 0's timeout: it must give up, not hang
+    comm.Barrier()
+    sys.exit(0)
+ex = HaloExchange(dom, comm, transport=transport, timeout=2.0)
+if fault == "stops":
+    ex.exchange(blocks)
+    if odd:
+        time.sleep(4)
+        comm.Barrier()
+        sys.exit(0)
+
+t0 = time.monotonic()
+try:
+    ex.exchange(blocks)
+except (MismatchError, PeerTimeoutError) as exc:
+    print(f"rank {rank}: {type(exc).__name__}: {exc} (after {time.monotonic() - t0:.1f} s)", flush=True)
+    ok = True
+else:
+    print(f"rank {rank}: no error", flush=True)
+    ok = False
+if fault in ("silent", "stops"):
+    comm.Barrier()
+sys.exit(0 if ok else 1)
