@@ -21,7 +21,8 @@ import numpy as np
 from . import arrays
 from .domain import DIRECTIONS, Domain
 from .errors import MismatchError
-from .transports import KNOWN, PeerInfo, TransportContext, choose, get_transport, wait_requests
+from ._halo_copy import CupyCopier, NumpyCopier
+from .transports import KNOWN, PeerInfo, TransportContext, alloc_area, choose, get_transport, wait_requests
 
 __all__ = ["HaloExchange", "exchange_halos", "halo_messages"]
 
@@ -162,23 +163,14 @@ class HaloExchange:
             self._setup(key)
         deadline = time.monotonic() + self.timeout
         for t in self._transports:
-            t.prepare(deadline)
+            t.prepare(deadline)  # peers are done reading our send segments
+        self._copier.pack(arrs, self._area)
         for t in self._transports:
-            for p in t.send_counts:
-                buf, off = t.send_buffer(p), 0
-                for m in self._sends[p]:
-                    buf[off:off + m.size].reshape(m.shape)[...] = arrs[m.src][m.send]
-                    off += m.size
             t.start()
-        for m in self._local_msgs:
-            arrs[m.dst][m.recv] = arrs[m.src][m.send]
         for t in self._transports:
-            got = t.wait(deadline)
-            for p, buf in got.items():
-                off = 0
-                for m in self._recvs[p]:
-                    arrs[m.dst][m.recv] = buf[off:off + m.size].reshape(m.shape)
-                    off += m.size
+            t.wait(deadline)
+        self._copier.unpack(arrs, self._area)
+        for t in self._transports:
             t.release()
 
     def close(self) -> None:
@@ -224,6 +216,9 @@ class HaloExchange:
                     f"(interior {self.domain.block(g).shape} plus ghost width {self.domain.ghost} on each side)"
                 )
         if backends == {"cupy"}:
+            for g, a in arrs.items():
+                if not a.flags.c_contiguous:
+                    raise ValueError(f"block {g}: device arrays must be C-contiguous for the halo kernels")
             devs = {arrays.device_id(a) for a in arrs.values()}
             cur = arrays.cupy_or_none().cuda.Device().id
             if devs != {cur}:
@@ -236,8 +231,8 @@ class HaloExchange:
     def _setup(self, key: tuple[str, str]) -> None:
         self._teardown()
         dtype, backend = key
-        xp = np if backend == "numpy" else arrays.cupy_or_none()
         me = PeerInfo.here(self.rank, backend)
+        self._layout(dtype, backend)
         if self._user_comm is None:
             self._key = key
             return
@@ -271,12 +266,42 @@ class HaloExchange:
             self.peer_transport[p] = name
             s, r = by_name.setdefault(name, ({}, {}))
             if p in self._sends:
-                s[p] = sum(m.size for m in self._sends[p])
+                s[p] = self._views(self._send_seg[p])
             if p in self._recvs:
-                r[p] = sum(m.size for m in self._recvs[p])
-        self._transports = [get_transport(n)(self._ctx, s, r, np.dtype(dtype), xp)
+                r[p] = self._views(self._recv_seg[p])
+        self._transports = [get_transport(n)(self._ctx, s, r, self._area)
                             for n, (s, r) in sorted(by_name.items())]
         self._key = key
+
+    def _views(self, seg: tuple[int, int]):
+        return self._area[seg[0]:seg[0] + seg[1]]
+
+    def _layout(self, dtype: str, backend: str) -> None:
+        """Place every message in one flat area: send segments, local, receive segments."""
+        off = 0
+        self._send_seg, self._recv_seg = {}, {}
+        pack: dict[int, list] = {g: [] for g in self.local}
+        unpack: dict[int, list] = {g: [] for g in self.local}
+
+        def place(msgs, to_pack: bool, to_unpack: bool):
+            nonlocal off
+            start = off
+            for m in msgs:
+                if to_pack:
+                    pack[m.src].append((tuple(x.start for x in m.send), m.shape, off))
+                if to_unpack:
+                    unpack[m.dst].append((tuple(x.start for x in m.recv), m.shape, off))
+                off += m.size
+            return start, off - start
+
+        for p in sorted(self._sends):
+            self._send_seg[p] = place(self._sends[p], True, False)
+        place(self._local_msgs, True, True)  # same-rank copies go through the area too
+        for p in sorted(self._recvs):
+            self._recv_seg[p] = place(self._recvs[p], False, True)
+        self._area = alloc_area(off, np.dtype(dtype), backend)
+        copier = CupyCopier if backend == "cupy" else NumpyCopier
+        self._copier = copier(pack, unpack, dtype)
 
     def _choice(self, me: PeerInfo, peer: PeerInfo) -> str:
         o = self._override

@@ -16,7 +16,7 @@ overrides it. :func:`get_transport` answers an unknown name with the known ones.
 
 from __future__ import annotations
 
-from .base import PeerInfo, Transport, TransportContext, wait_requests
+from .base import PeerInfo, Transport, TransportContext, alloc_area, wait_requests
 from .mpi import MPITransport, mpi_cuda_aware
 from .nccl import NCCLTransport, nccl_available
 from .ipc import IPCTransport
@@ -29,6 +29,7 @@ __all__ = [
     "TRANSPORTS",
     "Transport",
     "TransportContext",
+    "alloc_area",
     "choose",
     "get_transport",
     "mpi_cuda_aware",

@@ -1,9 +1,10 @@
 """Transport interface, peer description and the timed wait every transport uses.
 
-A transport moves one flat buffer per peer in each direction per exchange. The halo
-exchange (or a shuffle) packs into :meth:`Transport.send_buffer`, calls
-:meth:`Transport.start`, then :meth:`Transport.wait`, unpacks from what ``wait``
-returned and finally calls :meth:`Transport.release`. Who synchronizes: the caller
+A transport moves one flat segment per peer in each direction per exchange. The halo
+exchange (or a shuffle) owns one flat area holding every segment; per exchange it
+calls :meth:`Transport.prepare`, packs the send segments, calls :meth:`Transport.start`,
+then :meth:`Transport.wait`, unpacks the receive segments and finally calls
+:meth:`Transport.release`. Who synchronizes: the caller
 enqueues packing on the current CUDA stream; ``start`` makes sure that work is done
 (or ordered) before the data leaves; after ``wait`` the received buffers may be read
 by work enqueued on the current stream; ``release`` makes sure that work is done
@@ -23,7 +24,7 @@ import numpy as np
 
 from ..errors import PeerTimeoutError
 
-__all__ = ["PeerInfo", "Transport", "TransportContext", "wait_requests"]
+__all__ = ["PeerInfo", "Transport", "TransportContext", "alloc_area", "wait_requests"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,42 +58,63 @@ class TransportContext:
 
 
 class Transport(abc.ABC):
-    """Moves one flat buffer per peer in each direction per exchange."""
+    """Moves one flat segment per peer in each direction per exchange.
+
+    Parameters
+    ----------
+    ctx : TransportContext
+    send, recv : dict peer -> 1-D array
+        Views into `area`: what to send to each peer, where to receive from each peer.
+    area : 1-D array
+        The caller's whole exchange area (from :func:`alloc_area`); a transport that
+        shares memory across processes exports it.
+    """
 
     name = "base"
 
-    def __init__(self, ctx: TransportContext, send_counts: dict[int, int], recv_counts: dict[int, int],
-                 dtype: np.dtype, xp) -> None:
+    def __init__(self, ctx: TransportContext, send: dict[int, Any], recv: dict[int, Any], area) -> None:
         self.ctx = ctx
-        self.send_counts = dict(send_counts)
-        self.recv_counts = dict(recv_counts)
-        self.dtype = np.dtype(dtype)
-        self.xp = xp
+        self.send = dict(send)
+        self.recv = dict(recv)
+        self.area = area
+        self.on_device = not isinstance(area, np.ndarray)
 
     @property
     def peers(self) -> list[int]:
-        return sorted(set(self.send_counts) | set(self.recv_counts))
-
-    @abc.abstractmethod
-    def send_buffer(self, peer: int):
-        """Flat array to pack the data for `peer` into."""
+        return sorted(set(self.send) | set(self.recv))
 
     def prepare(self, deadline: float) -> None:
-        """Called before packing: wait until the send buffers may be overwritten."""
+        """Called before packing: wait until the send segments may be overwritten."""
 
     @abc.abstractmethod
     def start(self) -> None:
-        """Send the packed buffers and post the receives."""
+        """Send the packed segments and post the receives."""
 
     @abc.abstractmethod
-    def wait(self, deadline: float) -> dict[int, Any]:
-        """Block (until `deadline`, a ``time.monotonic()`` value) for the receives; return them."""
+    def wait(self, deadline: float) -> None:
+        """Block (until `deadline`, a ``time.monotonic()`` value) until the receive
+        segments may be read by work enqueued on the current stream."""
 
     def release(self) -> None:
         """Called after unpacking was enqueued."""
 
     def close(self) -> None:
         """Free buffers and peer resources."""
+
+
+def alloc_area(count: int, dtype, backend: str):
+    """A flat exchange area of `count` elements.
+
+    On the device it is its own ``cudaMalloc`` allocation (not from CuPy's pool), so
+    its IPC handle names exactly this buffer and offsets into it are known.
+    """
+    if backend == "numpy":
+        return np.empty(count, dtype)
+    import cupy
+
+    dtype = np.dtype(dtype)
+    mem = cupy.cuda.Memory(max(1, count * dtype.itemsize))
+    return cupy.ndarray((count,), dtype, cupy.cuda.MemoryPointer(mem, 0))
 
 
 def wait_requests(requests: Sequence, peers: Sequence[int | None], deadline: float, what: str) -> None:

@@ -65,45 +65,36 @@ class MPITransport(Transport):
 
     name = "mpi"
 
-    def __init__(self, ctx, send_counts, recv_counts, dtype, xp) -> None:
-        super().__init__(ctx, send_counts, recv_counts, dtype, xp)
-        self.on_device = xp is not __import__("numpy")
+    def __init__(self, ctx, send, recv, area) -> None:
+        super().__init__(ctx, send, recv, area)
         self.staged = self.on_device and not mpi_cuda_aware()
-        self._send = {p: xp.empty(n, self.dtype) for p, n in self.send_counts.items()}
-        self._recv = {p: xp.empty(n, self.dtype) for p, n in self.recv_counts.items()}
         if self.staged:
-            self._hsend = {p: arrays.pinned_empty(n, self.dtype) for p, n in self.send_counts.items()}
-            self._hrecv = {p: arrays.pinned_empty(n, self.dtype) for p, n in self.recv_counts.items()}
+            self._hsend = {p: arrays.pinned_empty(v.shape, v.dtype) for p, v in self.send.items()}
+            self._hrecv = {p: arrays.pinned_empty(v.shape, v.dtype) for p, v in self.recv.items()}
         self._reqs: list = []
         self._req_peers: list[int] = []
-
-    def send_buffer(self, peer):
-        return self._send[peer]
 
     def start(self) -> None:
         comm = self.ctx.comm
         if self.on_device:
             # MPI reads device memory outside CUDA's stream order: packing must be done.
-            self.xp.cuda.get_current_stream().synchronize()
+            import cupy
+
+            cupy.cuda.get_current_stream().synchronize()
         reqs, peers = [], []
-        for p in sorted(self.recv_counts):
-            buf = self._hrecv[p] if self.staged else self._recv[p]
-            reqs.append(comm.Irecv(buf, source=p, tag=_TAG))
+        for p in sorted(self.recv):
+            reqs.append(comm.Irecv(self._hrecv[p] if self.staged else self.recv[p], source=p, tag=_TAG))
             peers.append(p)
-        for p in sorted(self.send_counts):
+        for p in sorted(self.send):
             if self.staged:
-                arrays.to_host(self._send[p], out=self._hsend[p])
-                buf = self._hsend[p]
-            else:
-                buf = self._send[p]
-            reqs.append(comm.Isend(buf, dest=p, tag=_TAG))
+                arrays.to_host(self.send[p], out=self._hsend[p])
+            reqs.append(comm.Isend(self._hsend[p] if self.staged else self.send[p], dest=p, tag=_TAG))
             peers.append(p)
         self._reqs, self._req_peers = reqs, peers
 
-    def wait(self, deadline):
+    def wait(self, deadline) -> None:
         wait_requests(self._reqs, self._req_peers, deadline, f"MPI halo exchange on rank {self.ctx.rank}")
         self._reqs = []
         if self.staged:
             for p, h in self._hrecv.items():
-                arrays.to_device(h, out=self._recv[p])
-        return self._recv
+                arrays.to_device(h, out=self.recv[p])

@@ -57,38 +57,34 @@ class NCCLTransport(Transport):
 
     name = "nccl"
 
-    def __init__(self, ctx, send_counts, recv_counts, dtype, xp) -> None:
-        super().__init__(ctx, send_counts, recv_counts, dtype, xp)
+    def __init__(self, ctx, send, recv, area) -> None:
+        super().__init__(ctx, send, recv, area)
         deadline = time.monotonic() + ctx.timeout
         # Sorted peers give every rank the same global (lo, hi) order of pair set-ups.
         self._comms = {p: _pair_comm(ctx, p, deadline) for p in self.peers}
-        self._send = {p: xp.empty(n, self.dtype) for p, n in self.send_counts.items()}
-        self._recv = {p: xp.empty(n, self.dtype) for p, n in self.recv_counts.items()}
         self._event = None
 
-    def send_buffer(self, peer):
-        return self._send[peer]
-
     def start(self) -> None:
+        import cupy
         from cupy.cuda import nccl
 
-        stream = self.xp.cuda.get_current_stream()
+        stream = cupy.cuda.get_current_stream()
         nccl.groupStart()
         try:
             for p in self.peers:
                 c = self._comms[p]
                 peer_in_pair = 0 if p < self.ctx.rank else 1
-                if p in self._send:
-                    b = self._send[p]
+                if p in self.send:
+                    b = self.send[p]
                     c.send(b.data.ptr, b.nbytes, nccl.NCCL_UINT8, peer_in_pair, stream.ptr)
-                if p in self._recv:
-                    b = self._recv[p]
+                if p in self.recv:
+                    b = self.recv[p]
                     c.recv(b.data.ptr, b.nbytes, nccl.NCCL_UINT8, peer_in_pair, stream.ptr)
         finally:
             nccl.groupEnd()
         self._event = stream.record()
 
-    def wait(self, deadline):
+    def wait(self, deadline) -> None:
         # Poll rather than synchronize so a peer that never posts its half is reported.
         while not self._event.done:
             if time.monotonic() > deadline:
@@ -100,4 +96,3 @@ class NCCLTransport(Transport):
                     "complete in time; their NCCL communicators were aborted"
                 )
             time.sleep(2e-5)
-        return self._recv

@@ -14,7 +14,7 @@ import numpy as np
 from mpi4py import MPI
 
 import insitu
-from insitu.transports import PeerInfo, TransportContext, get_transport
+from insitu.transports import PeerInfo, TransportContext, alloc_area, get_transport
 
 ap = argparse.ArgumentParser()
 ap.add_argument("name")
@@ -31,18 +31,24 @@ infos = comm.allgather(PeerInfo.here(rank, args.backend))
 ctx = TransportContext(comm, rank, infos, timeout=30.0)
 peers = [p for p in range(size) if p != rank]
 count = lambda src, dst: 5 + 3 * src + 7 * dst  # noqa: E731
-T = get_transport(args.name)(ctx, {p: count(rank, p) for p in peers}, {p: count(p, rank) for p in peers},
-                             np.float64, xp)
+# One area: send segments, then receive segments, as the halo exchange lays it out.
+sizes = [count(rank, p) for p in peers] + [count(p, rank) for p in peers]
+area = alloc_area(sum(sizes), np.float64, args.backend)
+bounds = np.concatenate([[0], np.cumsum(sizes)])
+views = [area[bounds[i]:bounds[i + 1]] for i in range(len(sizes))]
+send = dict(zip(peers, views[:len(peers)]))
+recv = dict(zip(peers, views[len(peers):]))
+T = get_transport(args.name)(ctx, send, recv, area)
 received = []
 with insitu.count_transfers() as tc:
     for rnd in range(3):
         deadline = time.monotonic() + 30
         T.prepare(deadline)
         for p in peers:
-            T.send_buffer(p)[...] = xp.arange(count(rank, p), dtype=np.float64) + (rank + 1) * 1000 + p + rnd
+            send[p][...] = xp.arange(count(rank, p), dtype=np.float64) + (rank + 1) * 1000 + p + rnd
         T.start()
-        got = T.wait(deadline)
-        received.append({p: got[p].copy() for p in peers})  # same-device copy, uncounted
+        T.wait(deadline)
+        received.append({p: recv[p].copy() for p in peers})  # same-device copy, uncounted
         T.release()
     T.close()
 bad = 0
