@@ -1,0 +1,65 @@
+"""Zero-copy acceptance of device arrays and the counted gateway, on a real GPU."""
+
+import numpy as np
+import pytest
+
+import insitu
+from insitu import arrays
+
+cp = pytest.importorskip("cupy", reason="needs CuPy")
+
+
+class CAIOnly:
+    """Exposes only __cuda_array_interface__ (as Numba or PyTorch device arrays do)."""
+
+    def __init__(self, a):
+        self._a = a
+        self.__cuda_array_interface__ = a.__cuda_array_interface__
+
+
+class DLPackOnly:
+    """Exposes only __dlpack__/__dlpack_device__ (as JAX arrays do)."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, **kw):
+        return self._a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_cupy_passes_through():
+    a = cp.arange(10, dtype=cp.float32)
+    assert arrays.asarray(a) is a
+    assert arrays.backend_of(a) == "cupy" and arrays.device_id(a) == a.device.id
+
+
+@pytest.mark.parametrize("wrap", [CAIOnly, DLPackOnly])
+def test_foreign_device_arrays_are_views(wrap):
+    a = cp.arange(24, dtype=cp.float64).reshape(2, 3, 4)
+    with insitu.no_host_transfers():
+        b = arrays.asarray(wrap(a))
+    assert isinstance(b, cp.ndarray)
+    assert arrays.data_pointer(b) == a.data.ptr
+    b[1, 2, 3] = -5.0
+    assert float(a[1, 2, 3]) == -5.0  # same memory
+
+
+def test_gateway_counts_bytes_and_calls():
+    a = cp.ones((64, 64), cp.float32)
+    with insitu.count_transfers() as c:
+        h = insitu.to_host(a)
+        d = insitu.to_device(h)
+        insitu.to_host(a, out=arrays.pinned_empty(a.shape, a.dtype))
+    assert (c.d2h_calls, c.d2h_bytes, c.h2d_calls, c.h2d_bytes) == (2, 2 * a.nbytes, 1, a.nbytes)
+    assert bool((d == a).all())
+    with pytest.raises(insitu.HostTransferError, match=r"1 device->host \(16384 B\)"):
+        with insitu.no_host_transfers():
+            insitu.to_host(a)
+
+
+def test_select_device():
+    assert arrays.select_device() == 0
+    assert cp.cuda.Device().id == 0
