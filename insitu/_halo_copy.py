@@ -2,14 +2,15 @@
 
 Both backends take the same region tables: for each block, a list of
 ``(starts, shape, area_offset)`` boxes, flattened in C order into the area. NumPy
-copies box by box with slices; CuPy runs one table-driven kernel per block (a single
-launch per block and direction instead of one per box, which is what keeps small
-halos from being dominated by launch overhead).
+copies box by box with slices; CuPy runs one table-driven kernel for all boxes of all
+blocks (one launch per direction instead of one per box: small halos would otherwise
+be dominated by launch overhead).
 """
 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import numpy as np
 
@@ -21,26 +22,28 @@ _TYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsign
 
 _SOURCE = r"""
 typedef {ctype} elem_t;
-// tab: per region {{start, i0, j0, k0, nj, nk, area_offset}}; regions sorted by start.
-extern "C" __global__ void {name}(elem_t* __restrict__ blk, elem_t* __restrict__ area,
+// One launch for all blocks. tab: per box {{start, block, i0, j0, k0, nj, nk, area_offset,
+// stride0, stride1}}, boxes sorted by start; blks: device pointers of the block arrays.
+extern "C" __global__ void {name}(elem_t* const* __restrict__ blks, elem_t* __restrict__ area,
                                   const long long* __restrict__ tab, const int nreg,
-                                  const long long total, const long long sx, const long long sy)
+                                  const long long total)
 {{
     const long long step = (long long)gridDim.x * blockDim.x;
     for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += step) {{
         int lo = 0, hi = nreg - 1;
         while (lo < hi) {{
             const int mid = (lo + hi + 1) >> 1;
-            if (tab[7 * mid] <= t) lo = mid; else hi = mid - 1;
+            if (tab[10 * mid] <= t) lo = mid; else hi = mid - 1;
         }}
-        const long long* r = tab + 7 * lo;
+        const long long* r = tab + 10 * lo;
         const long long loc = t - r[0];
-        const long long njk = r[4] * r[5];
+        const long long njk = r[5] * r[6];
         const long long i = loc / njk;
         const long long rem = loc - i * njk;
-        const long long j = rem / r[5];
-        const long long k = rem - j * r[5];
-        const long long b = (r[1] + i) * sx + (r[2] + j) * sy + (r[3] + k);
+        const long long j = rem / r[6];
+        const long long k = rem - j * r[6];
+        elem_t* blk = blks[r[1]];
+        const long long b = (r[2] + i) * r[8] + (r[3] + j) * r[9] + (r[4] + k);
         {body}
     }}
 }}
@@ -49,13 +52,13 @@ extern "C" __global__ void {name}(elem_t* __restrict__ blk, elem_t* __restrict__
 
 @functools.cache
 def _get_halo_kernel(itemsize: int, unpack: bool):
-    """Kernel copying table boxes of a block into (pack) or out of (unpack) the area."""
+    """Kernel copying table boxes of the blocks into (pack) or out of (unpack) the area."""
     import cupy
 
     if itemsize not in _TYPES:
         raise TypeError(f"halo exchange: element size {itemsize} bytes is not supported ({sorted(_TYPES)})")
     name = f"halo_{'unpack' if unpack else 'pack'}_{itemsize * 8}bit"
-    body = "blk[b] = area[r[6] + loc];" if unpack else "area[r[6] + loc] = blk[b];"
+    body = "blk[b] = area[r[7] + loc];" if unpack else "area[r[7] + loc] = blk[b];"
     src = _SOURCE.format(ctype=_TYPES[itemsize], name=name, body=body)
     return cupy.RawKernel(src, name)
 
@@ -63,7 +66,8 @@ def _get_halo_kernel(itemsize: int, unpack: bool):
 class NumpyCopier:
     """Box-by-box slice copies (host arrays)."""
 
-    def __init__(self, pack: dict[int, list[Region]], unpack: dict[int, list[Region]], dtype) -> None:
+    def __init__(self, pack: dict[int, list[Region]], unpack: dict[int, list[Region]], dtype,
+                 shapes: dict[int, tuple[int, int, int]]) -> None:
         self._pack = {g: [(_slices(s, n), n, o, int(np.prod(n))) for s, n, o in rs] for g, rs in pack.items()}
         self._unpack = {g: [(_slices(s, n), n, o, int(np.prod(n))) for s, n, o in rs] for g, rs in unpack.items()}
 
@@ -81,32 +85,55 @@ class NumpyCopier:
 
 
 class CupyCopier:
-    """One table-driven kernel launch per block and direction (device arrays)."""
+    """One table-driven kernel launch for all blocks per direction (device arrays).
 
-    def __init__(self, pack: dict[int, list[Region]], unpack: dict[int, list[Region]], dtype) -> None:
-        self.itemsize = np.dtype(dtype).itemsize
-        self._k_pack = _get_halo_kernel(self.itemsize, False)
-        self._k_unpack = _get_halo_kernel(self.itemsize, True)
-        # Tables go to the device once, here, through the counted gateway.
-        self._pack = {g: self._table(rs) for g, rs in pack.items() if rs}
-        self._unpack = {g: self._table(rs) for g, rs in unpack.items() if rs}
+    The box tables go to the device once. The kernel reads the blocks through a
+    device table of their pointers; tables for the last few sets of arrays are kept,
+    so a solver that keeps (or double-buffers) its arrays uploads nothing per step,
+    and one that allocates new arrays each step uploads 8 bytes per block (counted).
+    """
+
+    _KEEP = 8
+
+    def __init__(self, pack: dict[int, list[Region]], unpack: dict[int, list[Region]], dtype,
+                 shapes: dict[int, tuple[int, int, int]]) -> None:
+        itemsize = np.dtype(dtype).itemsize
+        self._k_pack = _get_halo_kernel(itemsize, False)
+        self._k_unpack = _get_halo_kernel(itemsize, True)
+        self._order = sorted(shapes)
+        slot = {g: i for i, g in enumerate(self._order)}
+        self._pack = self._table(pack, slot, shapes)
+        self._unpack = self._table(unpack, slot, shapes)
+        self._ptr_tables: dict[tuple[int, ...], Any] = {}
 
     @staticmethod
-    def _table(regions: list[Region]):
+    def _table(regions: dict[int, list[Region]], slot, shapes):
         rows, start = [], 0
-        for (i0, j0, k0), (ni, nj, nk), off in regions:
-            rows.append((start, i0, j0, k0, nj, nk, off))
-            start += ni * nj * nk
+        for g in sorted(regions):
+            _, ny, nz = shapes[g]
+            for (i0, j0, k0), (ni, nj, nk), off in regions[g]:
+                rows.append((start, slot[g], i0, j0, k0, nj, nk, off, ny * nz, nz))
+                start += ni * nj * nk
+        if not rows:
+            return None
         return arrays.to_device(np.asarray(rows, np.int64).ravel()), len(rows), start
 
-    def _run(self, kernel, tables, blocks, area) -> None:
-        for g, (tab, nreg, total) in tables.items():
-            a = blocks[g]
-            _, ny, nz = a.shape
-            threads = 256
-            grid = int(min((total + threads - 1) // threads, 8192))
-            kernel((grid,), (threads,), (a, area, tab, np.int32(nreg), np.int64(total),
-                                         np.int64(ny * nz), np.int64(nz)))
+    def _pointers(self, blocks):
+        key = tuple(blocks[g].data.ptr for g in self._order)
+        tab = self._ptr_tables.get(key)
+        if tab is None:
+            if len(self._ptr_tables) >= self._KEEP:
+                self._ptr_tables.pop(next(iter(self._ptr_tables)))
+            tab = self._ptr_tables[key] = arrays.to_device(np.asarray(key, np.uint64))
+        return tab
+
+    def _run(self, kernel, table, blocks, area) -> None:
+        if table is None:
+            return
+        tab, nreg, total = table
+        threads = 256
+        grid = int(min((total + threads - 1) // threads, 16384))
+        kernel((grid,), (threads,), (self._pointers(blocks), area, tab, np.int32(nreg), np.int64(total)))
 
     def pack(self, blocks, area) -> None:
         self._run(self._k_pack, self._pack, blocks, area)

@@ -26,16 +26,22 @@ DIRECTIONS: tuple[tuple[int, int, int], ...] = tuple(
 )
 
 
-def _factorize(n: int) -> list[int]:
-    f, p = [], 2
-    while p * p <= n:
-        while n % p == 0:
-            f.append(p)
-            n //= p
-        p += 1
-    if n > 1:
-        f.append(n)
-    return f
+def _balanced(n: int, k: int, most: int | None = None) -> list[int] | None:
+    """Non-increasing k factors of n, each <= most, with the smallest max - min."""
+    most = n if most is None else most
+    if k == 1:
+        return [n] if n <= most else None
+    best = None
+    # The largest factor is at least the k-th root of n.
+    for f in range(min(n, most), 0, -1):
+        if f ** k < n:
+            break
+        if n % f:
+            continue
+        rest = _balanced(n // f, k - 1, f)
+        if rest is not None and (best is None or f - rest[-1] < best[0] - best[-1]):
+            best = [f, *rest]
+    return best
 
 
 def dims_create(nnodes: int, ndims: int = 3, dims: Sequence[int] | None = None) -> tuple[int, ...]:
@@ -69,11 +75,7 @@ def dims_create(nnodes: int, ndims: int = 3, dims: Sequence[int] | None = None) 
         if rest != 1:
             raise ValueError(f"dims_create: dims {dims} multiply to {fixed}, not {nnodes}")
         return tuple(dims)
-    facs = [1] * len(free)
-    # Largest prime first onto the currently smallest factor keeps them balanced.
-    for p in sorted(_factorize(rest), reverse=True):
-        facs[int(np.argmin(facs))] *= p
-    facs.sort(reverse=True)
+    facs = _balanced(rest, len(free))
     for i, f in zip(free, facs):
         dims[i] = f
     return tuple(dims)

@@ -301,7 +301,7 @@ class HaloExchange:
             self._recv_seg[p] = place(self._recvs[p], False, True)
         self._area = alloc_area(off, np.dtype(dtype), backend)
         copier = CupyCopier if backend == "cupy" else NumpyCopier
-        self._copier = copier(pack, unpack, dtype)
+        self._copier = copier(pack, unpack, dtype, {g: self.domain.block(g).padded_shape for g in self.local})
 
     def _choice(self, me: PeerInfo, peer: PeerInfo) -> str:
         o = self._override

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import PeerTimeoutError
 
-__all__ = ["PeerInfo", "Transport", "TransportContext", "alloc_area", "wait_requests"]
+__all__ = ["PeerInfo", "Transport", "TransportContext", "alloc_area", "recv_object", "wait_requests"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,3 +156,16 @@ def wait_requests(requests: Sequence, peers: Sequence[int | None], deadline: flo
         spin += 1
         if spin > 1000:  # stay responsive for fast exchanges, stop burning a core for slow ones
             time.sleep(1e-4 if spin < 20000 else 1e-3)
+
+
+def recv_object(comm, source: int, tag: int, deadline: float, what: str):
+    """Receive one pickled object from `source`, or raise :class:`PeerTimeoutError`."""
+    req = comm.irecv(source=source, tag=tag)
+    while True:
+        done, obj = req.test()
+        if done:
+            return obj
+        if time.monotonic() > deadline:
+            req.Cancel()
+            raise PeerTimeoutError(f"{what}: rank(s) [{source}] did not answer in time")
+        time.sleep(1e-4)

@@ -13,12 +13,12 @@ from __future__ import annotations
 import time
 
 from ..errors import PeerTimeoutError
-from .base import Transport, wait_requests
+from .base import Transport, recv_object, wait_requests
 
 __all__ = ["NCCLTransport", "nccl_available"]
 
 _TAG_UID = 7302
-_pair_comms: dict[tuple[int, int, int], object] = {}  # (id(comm), lo, hi) -> NcclCommunicator
+_pair_comms: dict[tuple[int, int], object] = {}  # (world rank lo, world rank hi) -> NcclCommunicator
 
 
 def nccl_available() -> bool:
@@ -33,21 +33,21 @@ def nccl_available() -> bool:
 
 def _pair_comm(ctx, peer: int, deadline: float):
     from cupy.cuda import nccl
-    import numpy as np
+
+    from mpi4py import MPI
 
     lo, hi = min(ctx.rank, peer), max(ctx.rank, peer)
-    key = (id(ctx.comm), lo, hi)
+    # Keyed by world ranks, so every exchange of the job shares one communicator per pair.
+    key = tuple(MPI.Group.Translate_ranks(ctx.comm.Get_group(), [lo, hi], MPI.COMM_WORLD.Get_group()))
     if key in _pair_comms:
         return _pair_comms[key]
     if ctx.rank == lo:
-        uid = np.array(nccl.get_unique_id(), dtype=np.int8)  # 128 signed chars
-        wait_requests([ctx.comm.Isend(uid, dest=peer, tag=_TAG_UID)], [peer], deadline,
+        uid = nccl.get_unique_id()  # a tuple or bytes, by CuPy version: send it pickled as is
+        wait_requests([ctx.comm.isend(uid, dest=peer, tag=_TAG_UID)], [peer], deadline,
                       f"NCCL set-up on rank {ctx.rank}")
     else:
-        uid = np.empty(128, np.int8)
-        wait_requests([ctx.comm.Irecv(uid, source=peer, tag=_TAG_UID)], [peer], deadline,
-                      f"NCCL set-up on rank {ctx.rank}")
-    c = nccl.NcclCommunicator(2, tuple(int(b) for b in uid), 0 if ctx.rank == lo else 1)
+        uid = recv_object(ctx.comm, peer, _TAG_UID, deadline, f"NCCL set-up on rank {ctx.rank}")
+    c = nccl.NcclCommunicator(2, uid, 0 if ctx.rank == lo else 1)
     _pair_comms[key] = c
     return c
 
@@ -85,8 +85,13 @@ class NCCLTransport(Transport):
         self._event = stream.record()
 
     def wait(self, deadline) -> None:
-        # Poll rather than synchronize so a peer that never posts its half is reported.
+        # Poll rather than synchronize so a peer that never posts its half is reported;
+        # spin first (sleep granularity is ~50 us, longer than a small exchange).
+        spins = 0
         while not self._event.done:
+            spins += 1
+            if spins > 20000:
+                time.sleep(1e-4)
             if time.monotonic() > deadline:
                 for c in self._comms.values():
                     c.abort()
@@ -95,4 +100,3 @@ class NCCLTransport(Transport):
                     f"NCCL halo exchange on rank {self.ctx.rank}: peer(s) {self.peers} did not "
                     "complete in time; their NCCL communicators were aborted"
                 )
-            time.sleep(2e-5)
