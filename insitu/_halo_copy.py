@@ -22,28 +22,24 @@ _TYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsign
 
 _SOURCE = r"""
 typedef {ctype} elem_t;
-// One launch for all blocks. tab: per box {{start, block, i0, j0, k0, nj, nk, area_offset,
-// stride0, stride1}}, boxes sorted by start; blks: device pointers of the block arrays.
+// One launch for all blocks: blockIdx.y picks the box, blockIdx.x/threadIdx.x stride
+// over its elements (box sizes fit 32 bits; addresses use 64). tab: per box
+// {{block, i0, j0, k0, ni, nj, nk, area_offset, stride0, stride1}}.
 extern "C" __global__ void {name}(elem_t* const* __restrict__ blks, elem_t* __restrict__ area,
-                                  const long long* __restrict__ tab, const int nreg,
-                                  const long long total)
+                                  const long long* __restrict__ tab)
 {{
-    const long long step = (long long)gridDim.x * blockDim.x;
-    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += step) {{
-        int lo = 0, hi = nreg - 1;
-        while (lo < hi) {{
-            const int mid = (lo + hi + 1) >> 1;
-            if (tab[10 * mid] <= t) lo = mid; else hi = mid - 1;
-        }}
-        const long long* r = tab + 10 * lo;
-        const long long loc = t - r[0];
-        const long long njk = r[5] * r[6];
-        const long long i = loc / njk;
-        const long long rem = loc - i * njk;
-        const long long j = rem / r[6];
-        const long long k = rem - j * r[6];
-        elem_t* blk = blks[r[1]];
-        const long long b = (r[2] + i) * r[8] + (r[3] + j) * r[9] + (r[4] + k);
+    const long long* r = tab + 10 * blockIdx.y;
+    const int nj = (int)r[5], nk = (int)r[6];
+    const int n = (int)r[4] * nj * nk;
+    elem_t* blk = blks[r[0]];
+    elem_t* box = area + r[7];
+    const long long base = r[1] * r[8] + r[2] * r[9] + r[3];
+    for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < n; t += gridDim.x * blockDim.x) {{
+        const int i = t / (nj * nk);
+        const int rem = t - i * (nj * nk);
+        const int j = rem / nk;
+        const int k = rem - j * nk;
+        const long long b = base + i * r[8] + j * r[9] + k;
         {body}
     }}
 }}
@@ -58,7 +54,7 @@ def _get_halo_kernel(itemsize: int, unpack: bool):
     if itemsize not in _TYPES:
         raise TypeError(f"halo exchange: element size {itemsize} bytes is not supported ({sorted(_TYPES)})")
     name = f"halo_{'unpack' if unpack else 'pack'}_{itemsize * 8}bit"
-    body = "blk[b] = area[r[7] + loc];" if unpack else "area[r[7] + loc] = blk[b];"
+    body = "blk[b] = box[t];" if unpack else "box[t] = blk[b];"
     src = _SOURCE.format(ctype=_TYPES[itemsize], name=name, body=body)
     return cupy.RawKernel(src, name)
 
@@ -108,15 +104,17 @@ class CupyCopier:
 
     @staticmethod
     def _table(regions: dict[int, list[Region]], slot, shapes):
-        rows, start = [], 0
+        rows, biggest = [], 0
         for g in sorted(regions):
             _, ny, nz = shapes[g]
             for (i0, j0, k0), (ni, nj, nk), off in regions[g]:
-                rows.append((start, slot[g], i0, j0, k0, nj, nk, off, ny * nz, nz))
-                start += ni * nj * nk
+                rows.append((slot[g], i0, j0, k0, ni, nj, nk, off, ny * nz, nz))
+                biggest = max(biggest, ni * nj * nk)
         if not rows:
             return None
-        return arrays.to_device(np.asarray(rows, np.int64).ravel()), len(rows), start
+        if biggest >= 2**31 or len(rows) > 65535:
+            raise ValueError(f"halo exchange: {len(rows)} boxes of up to {biggest} elements exceed the kernel's limits")
+        return arrays.to_device(np.asarray(rows, np.int64).ravel()), len(rows), biggest
 
     def _pointers(self, blocks):
         key = tuple(blocks[g].data.ptr for g in self._order)
@@ -130,10 +128,10 @@ class CupyCopier:
     def _run(self, kernel, table, blocks, area) -> None:
         if table is None:
             return
-        tab, nreg, total = table
+        tab, nbox, biggest = table
         threads = 256
-        grid = int(min((total + threads - 1) // threads, 16384))
-        kernel((grid,), (threads,), (self._pointers(blocks), area, tab, np.int32(nreg), np.int64(total)))
+        gx = int(min((biggest + threads - 1) // threads, 1024))
+        kernel((gx, nbox), (threads,), (self._pointers(blocks), area, tab))
 
     def pack(self, blocks, area) -> None:
         self._run(self._k_pack, self._pack, blocks, area)
