@@ -116,7 +116,8 @@ class CupyCopier:
             raise ValueError(f"halo exchange: {len(rows)} boxes of up to {biggest} elements exceed the kernel's limits")
         return arrays.to_device(np.asarray(rows, np.int64).ravel()), len(rows), biggest
 
-    def _pointers(self, blocks):
+    def upload_pointers(self, blocks):
+        """Device table of the blocks' pointers (uploaded once per set of arrays)."""
         key = tuple(blocks[g].data.ptr for g in self._order)
         tab = self._ptr_tables.get(key)
         if tab is None:
@@ -131,7 +132,7 @@ class CupyCopier:
         tab, nbox, biggest = table
         threads = 256
         gx = int(min((biggest + threads - 1) // threads, 1024))
-        kernel((gx, nbox), (threads,), (self._pointers(blocks), area, tab))
+        kernel((gx, nbox), (threads,), (self.upload_pointers(blocks), area, tab))
 
     def pack(self, blocks, area) -> None:
         self._run(self._k_pack, self._pack, blocks, area)

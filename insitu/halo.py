@@ -22,7 +22,8 @@ from . import arrays
 from .domain import DIRECTIONS, Domain
 from .errors import MismatchError
 from ._halo_copy import CupyCopier, NumpyCopier
-from .transports import KNOWN, PeerInfo, TransportContext, alloc_area, choose, get_transport, wait_requests
+from .transports import (KNOWN, PeerInfo, TransportContext, alloc_area, choose, get_transport, wait_requests,
+                         wait_stream)
 
 __all__ = ["HaloExchange", "exchange_halos", "halo_messages"]
 
@@ -100,6 +101,9 @@ class HaloExchange:
         All ranks must agree.
     timeout : float
         Seconds to wait for peers in any one step before :class:`PeerTimeoutError`.
+    graphs : bool
+        On the GPU, when every peer is reached by a stream-ordered transport (same
+        rank, NCCL), replay each exchange as a captured CUDA graph (default).
 
     Notes
     -----
@@ -109,8 +113,11 @@ class HaloExchange:
     """
 
     def __init__(self, domain: Domain, comm=None, *, transport: str | Mapping[int, str] | None = None,
-                 timeout: float = 60.0) -> None:
+                 timeout: float = 60.0, graphs: bool = True) -> None:
         self.domain = domain
+        self.graphs = bool(graphs)
+        self._graphs: dict | None = None
+        self._warm = False
         self.timeout = float(timeout)
         self._user_comm = comm
         if comm is None:
@@ -127,6 +134,7 @@ class HaloExchange:
             get_transport(name)  # unknown names raise with the list of known ones
         self._override = transport
         self.local = domain.blocks_of(self.rank)
+        self._shapes = {g: domain.block(g).padded_shape for g in self.local}
         msgs = halo_messages(domain)
         owner = domain.owners
         me = self.rank
@@ -158,10 +166,19 @@ class HaloExchange:
         if self.domain.ghost == 0:
             return
         first = next(iter(arrs.values()), None)
-        key = (str(first.dtype), arrays.backend_of(first)) if first is not None else ("float32", "numpy")
+        if first is None:
+            key = ("float32", "numpy")
+        else:
+            key = (str(first.dtype), "numpy" if type(first) is np.ndarray else "cupy")
         if key != self._key:
             self._setup(key)
         deadline = time.monotonic() + self.timeout
+        if self._graphs is not None and first is not None:
+            self._exchange_graph(arrs, deadline)
+        else:
+            self._exchange_eager(arrs, deadline)
+
+    def _exchange_eager(self, arrs, deadline: float) -> None:
         for t in self._transports:
             t.prepare(deadline)  # peers are done reading our send segments
         self._copier.pack(arrs, self._area)
@@ -172,6 +189,42 @@ class HaloExchange:
         self._copier.unpack(arrs, self._area)
         for t in self._transports:
             t.release()
+
+    def _exchange_graph(self, arrs, deadline: float) -> None:
+        """Pack, NCCL transfers and unpack replayed as one captured CUDA graph.
+
+        Used where every transport is stream-ordered (same-rank copies, NCCL): the
+        exchange then costs one graph launch instead of a launch per step. A graph
+        is kept per set of block arrays (the kernels' arguments are baked in).
+        """
+        import cupy
+
+        cur = cupy.cuda.get_current_stream()
+        key = tuple(arrs[g].data.ptr for g in self.local)
+        graph = self._graphs.get(key)
+        if graph is None:
+            if not self._warm:
+                # The first exchange runs eagerly: compiles kernels, connects NCCL peers.
+                self._exchange_eager(arrs, deadline)
+                self._warm = True
+                return
+            self._copier.upload_pointers(arrs)  # outside the capture
+            stream = cupy.cuda.Stream(non_blocking=True)
+            with stream:
+                stream.begin_capture(getattr(cupy.cuda.runtime, "streamCaptureModeRelaxed", 2))
+                try:
+                    self._copier.pack(arrs, self._area)
+                    for t in self._transports:
+                        t.start()
+                    self._copier.unpack(arrs, self._area)
+                finally:
+                    graph = stream.end_capture()
+            if len(self._graphs) >= 8:
+                self._graphs.pop(next(iter(self._graphs)))
+            self._graphs[key] = graph
+        graph.launch(cur)
+        wait_stream(cur, deadline, f"halo exchange on rank {self.rank}",
+                    on_timeout=lambda: [t.abort() for t in self._transports])
 
     def close(self) -> None:
         """Release transport buffers, peer mappings and the private communicator."""
@@ -185,6 +238,8 @@ class HaloExchange:
             t.close()
         self._transports = []
         self._key = None
+        self._graphs = None
+        self._warm = False
 
     def __enter__(self) -> "HaloExchange":
         return self
@@ -194,38 +249,46 @@ class HaloExchange:
 
     # ------------------------------------------------------------------ internals
     def _validate(self, blocks: Mapping[int, Any]) -> dict[int, Any]:
-        got, want = set(blocks), set(self.local)
-        if got != want:
+        # Runs every exchange: one pass, cheap attribute reads only (it is on the hot path).
+        if len(blocks) != len(self.local) or any(g not in blocks for g in self.local):
+            got, want = set(blocks), set(self.local)
             raise ValueError(
                 f"halo exchange on rank {self.rank}: expected blocks {sorted(want)}, got {sorted(got)}"
                 + (f" (missing {sorted(want - got)})" if want - got else "")
                 + (f" (not owned here: {sorted(got - want)})" if got - want else "")
             )
-        arrs = {g: arrays.asarray(blocks[g], name=f"block {g}") for g in self.local}
-        dtypes = {str(a.dtype) for a in arrs.values()}
-        if len(dtypes) > 1:
-            raise MismatchError(f"halo exchange on rank {self.rank}: blocks have mixed dtypes {sorted(dtypes)}")
-        backends = {arrays.backend_of(a) for a in arrs.values()}
-        if len(backends) > 1:
-            raise MismatchError(f"halo exchange on rank {self.rank}: blocks mix host and device arrays")
-        for g, a in arrs.items():
-            want_shape = self.domain.block(g).padded_shape
-            if tuple(a.shape) != want_shape:
+        arrs, first = {}, None
+        for g in self.local:
+            a = blocks[g]
+            if type(a) is not np.ndarray and not arrays._is_cupy_ndarray(a):
+                a = arrays.asarray(a, name=f"block {g}")
+            if a.shape != self._shapes[g]:
+                b = self.domain.block(g)
                 raise ValueError(
-                    f"block {g}: array has shape {tuple(a.shape)}, expected {want_shape} "
-                    f"(interior {self.domain.block(g).shape} plus ghost width {self.domain.ghost} on each side)"
+                    f"block {g}: array has shape {tuple(a.shape)}, expected {b.padded_shape} "
+                    f"(interior {b.shape} plus ghost width {self.domain.ghost} on each side)"
                 )
-        if backends == {"cupy"}:
+            if first is None:
+                first = a
+            elif a.dtype != first.dtype:
+                dts = sorted({str(x.dtype) for x in (*arrs.values(), a)})
+                raise MismatchError(f"halo exchange on rank {self.rank}: blocks have mixed dtypes {dts}")
+            elif type(a) is not type(first):
+                raise MismatchError(f"halo exchange on rank {self.rank}: blocks mix host and device arrays")
+            arrs[g] = a
+        if first is not None and type(first) is not np.ndarray:
+            cur = first.device.id
+            import cupy
+
+            if cur != cupy.cuda.runtime.getDevice():
+                raise MismatchError(f"halo exchange on rank {self.rank}: blocks are on device {cur}, "
+                                    f"the current device is {cupy.cuda.runtime.getDevice()}")
             for g, a in arrs.items():
+                if a.device.id != cur:
+                    raise MismatchError(f"halo exchange on rank {self.rank}: block {g} is on device "
+                                        f"{a.device.id}, the others on {cur}")
                 if not a.flags.c_contiguous:
                     raise ValueError(f"block {g}: device arrays must be C-contiguous for the halo kernels")
-            devs = {arrays.device_id(a) for a in arrs.values()}
-            cur = arrays.cupy_or_none().cuda.Device().id
-            if devs != {cur}:
-                raise MismatchError(
-                    f"halo exchange on rank {self.rank}: blocks are on device(s) {sorted(devs)}, "
-                    f"the current device is {cur}"
-                )
         return arrs
 
     def _setup(self, key: tuple[str, str]) -> None:
@@ -235,6 +298,8 @@ class HaloExchange:
         self._layout(dtype, backend)
         if self._user_comm is None:
             self._key = key
+            if backend == "cupy" and self.graphs:
+                self._graphs = {}
             return
         if self._ctx is None:
             comm, req = self._user_comm.Idup()  # private traffic; Idup so a missing rank times out
@@ -262,7 +327,7 @@ class HaloExchange:
         self._ctx.infos = infos
         by_name: dict[str, tuple[dict, dict]] = {}
         for p in sorted(set(self._sends) | set(self._recvs)):
-            name = self._choice(me, infos[p])
+            name = self._choice(me, infos[p], infos)
             self.peer_transport[p] = name
             s, r = by_name.setdefault(name, ({}, {}))
             if p in self._sends:
@@ -272,6 +337,8 @@ class HaloExchange:
         self._transports = [get_transport(n)(self._ctx, s, r, self._area)
                             for n, (s, r) in sorted(by_name.items())]
         self._key = key
+        if backend == "cupy" and self.graphs and all(t.stream_ordered for t in self._transports):
+            self._graphs = {}
 
     def _views(self, seg: tuple[int, int]):
         return self._area[seg[0]:seg[0] + seg[1]]
@@ -303,7 +370,7 @@ class HaloExchange:
         copier = CupyCopier if backend == "cupy" else NumpyCopier
         self._copier = copier(pack, unpack, dtype, {g: self.domain.block(g).padded_shape for g in self.local})
 
-    def _choice(self, me: PeerInfo, peer: PeerInfo) -> str:
+    def _choice(self, me: PeerInfo, peer: PeerInfo, infos) -> str:
         o = self._override
         if isinstance(o, str):
             return o
@@ -311,7 +378,7 @@ class HaloExchange:
             name = o[peer.rank]
             get_transport(name)
             return name
-        return choose(me, peer)
+        return choose(me, peer, infos)
 
 
 def _override_sig(o) -> Any:

@@ -4,7 +4,7 @@
 name       used for                                             host staging
 =========  ===================================================  ==================
 inproc     blocks of the same rank (direct device or host copy) never
-ipc        another process on the same node and GPU (CUDA IPC)  never
+ipc        another process on the same node (CUDA IPC)          never
 nccl       a rank on another GPU (``cupy.cuda.nccl``)           never
 mpi        everything else; host arrays                         device data, unless
                                                                 the MPI is CUDA-aware
@@ -16,7 +16,10 @@ overrides it. :func:`get_transport` answers an unknown name with the known ones.
 
 from __future__ import annotations
 
-from .base import PeerInfo, Transport, TransportContext, alloc_area, wait_requests
+import collections
+from typing import Sequence
+
+from .base import PeerInfo, Transport, TransportContext, alloc_area, wait_requests, wait_stream
 from .mpi import MPITransport, mpi_cuda_aware
 from .nccl import NCCLTransport, nccl_available
 from .ipc import IPCTransport
@@ -35,6 +38,7 @@ __all__ = [
     "mpi_cuda_aware",
     "nccl_available",
     "wait_requests",
+    "wait_stream",
 ]
 
 #: Remote transports by name. "inproc" (same rank) is the halo exchange's direct copy.
@@ -54,8 +58,14 @@ def get_transport(name: str) -> type[Transport]:
         raise ValueError(f"unknown transport {name!r}; known transports: {', '.join(KNOWN)}") from None
 
 
-def choose(me: PeerInfo, peer: PeerInfo) -> str:
-    """Default transport between two ranks (symmetric: both ends choose the same)."""
+def choose(me: PeerInfo, peer: PeerInfo, infos: Sequence[PeerInfo] = ()) -> str:
+    """Default transport between two ranks (symmetric: both ends choose the same).
+
+    Same rank: inproc. Host arrays: mpi. Same node and GPU: ipc. Different GPUs:
+    nccl, unless (on one node) a GPU of the pair is shared by several ranks of `infos`:
+    NCCL kernels spin while waiting for their peer, which stalls the other processes
+    time-sliced on that GPU, so such pairs use ipc (peer-to-peer copies) instead.
+    """
     if me.rank == peer.rank:
         return "inproc"
     if me.backend != "cupy" or peer.backend != "cupy":
@@ -63,6 +73,8 @@ def choose(me: PeerInfo, peer: PeerInfo) -> str:
     same_node = me.host == peer.host
     if same_node and me.device == peer.device:
         return "ipc"
-    if nccl_available():
+    users = collections.Counter((i.host, i.device) for i in infos)
+    shared = users[(me.host, me.device)] > 1 or users[(peer.host, peer.device)] > 1
+    if nccl_available() and not (same_node and shared):
         return "nccl"
     return "ipc" if same_node else "mpi"

@@ -20,7 +20,7 @@ from .base import Transport, wait_requests
 __all__ = ["IPCTransport"]
 
 _TAG_HANDLE, _TAG_READY, _TAG_CONSUMED = 7303, 7304, 7305
-_D2D = 3  # cudaMemcpyDeviceToDevice
+_DEFAULT = 4  # cudaMemcpyDefault: direction (and peer device) from unified addresses
 
 
 class IPCTransport(Transport):
@@ -78,7 +78,7 @@ class IPCTransport(Transport):
         self._ready = []
         stream = cupy.cuda.get_current_stream()
         for p, v in self.recv.items():
-            cupy.cuda.runtime.memcpyAsync(v.data.ptr, self._src[p], self._nbytes[p], _D2D, stream.ptr)
+            cupy.cuda.runtime.memcpyAsync(v.data.ptr, self._src[p], self._nbytes[p], _DEFAULT, stream.ptr)
 
     def release(self) -> None:
         import cupy

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import time
 
-from ..errors import PeerTimeoutError
-from .base import Transport, recv_object, wait_requests
+from .base import Transport, recv_object, wait_requests, wait_stream
 
 __all__ = ["NCCLTransport", "nccl_available"]
 
@@ -56,13 +55,14 @@ class NCCLTransport(Transport):
     """Grouped ``ncclSend``/``ncclRecv`` on the current stream; no host staging."""
 
     name = "nccl"
+    stream_ordered = True
 
     def __init__(self, ctx, send, recv, area) -> None:
         super().__init__(ctx, send, recv, area)
         deadline = time.monotonic() + ctx.timeout
         # Sorted peers give every rank the same global (lo, hi) order of pair set-ups.
         self._comms = {p: _pair_comm(ctx, p, deadline) for p in self.peers}
-        self._event = None
+        self._deadline = 0.0
 
     def start(self) -> None:
         import cupy
@@ -82,21 +82,21 @@ class NCCLTransport(Transport):
                     c.recv(b.data.ptr, b.nbytes, nccl.NCCL_UINT8, peer_in_pair, stream.ptr)
         finally:
             nccl.groupEnd()
-        self._event = stream.record()
+        self._deadline = time.monotonic() + self.ctx.timeout
 
     def wait(self, deadline) -> None:
-        # Poll rather than synchronize so a peer that never posts its half is reported;
-        # spin first (sleep granularity is ~50 us, longer than a small exchange).
-        spins = 0
-        while not self._event.done:
-            spins += 1
-            if spins > 20000:
-                time.sleep(1e-4)
-            if time.monotonic() > deadline:
-                for c in self._comms.values():
-                    c.abort()
-                _pair_comms.clear()
-                raise PeerTimeoutError(
-                    f"NCCL halo exchange on rank {self.ctx.rank}: peer(s) {self.peers} did not "
-                    "complete in time; their NCCL communicators were aborted"
-                )
+        """Nothing to wait for on the host: unpacking is stream-ordered after the receives."""
+
+    def release(self) -> None:
+        import cupy
+
+        wait_stream(cupy.cuda.get_current_stream(), self._deadline,
+                    f"NCCL halo exchange on rank {self.ctx.rank} with peer(s) {self.peers}",
+                    on_timeout=self.abort)
+
+    def abort(self) -> None:
+        for c in self._comms.values():
+            c.abort()
+        for k in [k for k, v in _pair_comms.items() if v in self._comms.values()]:
+            del _pair_comms[k]
+        self._comms = {}

@@ -39,7 +39,7 @@ def worker(args) -> None:
     n = args.n
     dom = Domain.create((n, n, n), blocks=(2, 2, 2), ghost=1, nranks=size)
     blocks = {g: cp.random.random(dom.block(g).padded_shape, dtype=cp.float32) for g in dom.blocks_of(rank)}
-    ex = HaloExchange(dom, comm, transport=args.transport)
+    ex = HaloExchange(dom, comm, transport=args.transport, graphs=not args.no_graphs)
     for _ in range(args.warmup):
         ex.exchange(blocks)
     stream = cp.cuda.get_current_stream()
@@ -128,13 +128,15 @@ def worker(args) -> None:
 
 
 CONFIGS = [
-    # label, ranks, visible GPUs, transport override
-    ("8 blocks in 1 rank (same-device copies)", 1, "0", None),
-    ("2 ranks on 1 GPU (CUDA IPC)", 2, "0", None),
-    ("8 ranks on 1 GPU (CUDA IPC)", 8, "0", None),
-    ("2 ranks on 1 GPU, MPI staged through host", 2, "0", "mpi"),
-    ("2 ranks on 2 GPUs (NCCL)", 2, "0,1", None),
-    ("8 ranks on 2 GPUs (IPC + NCCL)", 8, "0,1", None),
+    # label, ranks, visible GPUs, extra worker arguments
+    ("8 blocks in 1 rank (same-device copies), CUDA graph", 1, "0", []),
+    ("8 blocks in 1 rank (same-device copies), eager", 1, "0", ["--no-graphs"]),
+    ("2 ranks on 1 GPU (CUDA IPC)", 2, "0", []),
+    ("8 ranks on 1 GPU (CUDA IPC)", 8, "0", []),
+    ("2 ranks on 1 GPU, MPI staged through host", 2, "0", ["--transport", "mpi"]),
+    ("2 ranks on 2 GPUs (NCCL), CUDA graph", 2, "0,1", []),
+    ("2 ranks on 2 GPUs (NCCL), eager", 2, "0,1", ["--no-graphs"]),
+    ("8 ranks on 2 GPUs (CUDA IPC, peer-to-peer)", 8, "0,1", []),
 ]
 
 
@@ -146,13 +148,13 @@ def driver(args) -> None:
 
     ngpu = cp.cuda.runtime.getDeviceCount()
     rows = []
-    for label, ranks, vis, transport in CONFIGS:
+    for label, ranks, vis, extra in CONFIGS:
+        if args.only not in label:
+            continue
         if len(vis.split(",")) > ngpu:
             print(f"skip {label}: needs {len(vis.split(','))} GPUs, have {ngpu}", flush=True)
             continue
-        cmd = [os.path.abspath(__file__), "--worker", "--n", str(args.n), "--reps", str(args.reps)]
-        if transport:
-            cmd += ["--transport", transport]
+        cmd = [os.path.abspath(__file__), "--worker", "--n", str(args.n), "--reps", str(args.reps), *extra]
         p = run_mpi(ranks, cmd, env={"CUDA_VISIBLE_DEVICES": vis}, timeout=300)
         line = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
         if p.returncode or not line:
@@ -204,6 +206,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--transport", default=None)
     ap.add_argument("--md", default=None)
+    ap.add_argument("--no-graphs", action="store_true")
+    ap.add_argument("--only", default="", help="run only configurations whose label contains this")
     args = ap.parse_args()
     worker(args) if args.worker else driver(args)
 

@@ -18,20 +18,38 @@ def _summary(out):
     return eval(m.group(1)), int(m.group(2)), int(m.group(3))
 
 
+@pytest.mark.parametrize("graphs", [True, False])
 @pytest.mark.parametrize("g", [1, 2])
-def test_blocks_in_one_process(g):
+def test_blocks_in_one_process(g, graphs):
     rng = np.random.default_rng(3)
     G = rng.standard_normal((40, 33, 37)).astype(np.float32)
     dom = Domain.create(G.shape, blocks=(2, 2, 2), ghost=g, periodic=(True, False, True))
     blocks = {b.gid: insitu.to_device(dom.extract(G, b.gid, ghost=False)) for b in dom}
     blocks = {gid: cp.pad(a, g, constant_values=-1) for gid, a in blocks.items()}
-    ex = HaloExchange(dom)
+    ex = HaloExchange(dom, graphs=graphs)
     with insitu.count_transfers() as setup:
         ex.exchange(blocks)
     assert 0 < setup.h2d_bytes < 64 * 1024 and setup.d2h_calls == 0  # copy tables only
+    spare = {gid: a.copy() for gid, a in blocks.items()}  # a second set of arrays (double buffering)
     with insitu.no_host_transfers():
         for _ in range(3):
+            for a in blocks.values():
+                a[...] = cp.where(_interior(a.shape, g), a, -1)  # spoil ghosts: each round refills
             ex.exchange(blocks)
+    for a in spare.values():
+        a[...] = cp.where(_interior(a.shape, g), a, -1)
+    ex.exchange(spare)  # new arrays: a new pointer table (one small upload) and graph
+    for got_set in (blocks, spare):
+        _check(dom, G, got_set)
+
+
+def _interior(shape, g):
+    m = cp.zeros(shape, bool)
+    m[g:-g, g:-g, g:-g] = True
+    return m
+
+
+def _check(dom, G, blocks):
     for b in dom:
         want = dom.extract(G, b.gid)  # reference padding of the global array (zeros outside)
         got = insitu.to_host(blocks[b.gid])
@@ -62,8 +80,11 @@ def test_forced_mpi_stages_through_counted_gateway(mpi):
 
 @pytest.mark.mpi
 @pytest.mark.gpus(2)
-@pytest.mark.parametrize("nranks,per_rank,kinds", [(2, 4, ["nccl"]), (4, 2, ["ipc", "nccl"])])
-def test_two_gpus_nccl_without_host_copies(mpi, nranks, per_rank, kinds):
+@pytest.mark.parametrize("nranks,per_rank,kinds", [
+    (2, 4, ["nccl"]),  # one rank per GPU
+    (4, 2, ["ipc"]),  # GPUs shared by two ranks each: peer-to-peer IPC across GPUs too
+])
+def test_two_gpus_without_host_copies(mpi, nranks, per_rank, kinds):
     p = mpi(nranks, "halo_check.py", per_rank, "--backend", "cupy")
     assert p.returncode == 0, p.stdout + p.stderr
     got, _, steady = _summary(p.stdout)
