@@ -22,28 +22,41 @@ _TYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsign
 
 _SOURCE = r"""
 typedef {ctype} elem_t;
-// One launch for all blocks: blockIdx.y picks the box, blockIdx.x/threadIdx.x stride
-// over its elements (box sizes fit 32 bits; addresses use 64). tab: per box
-// {{block, i0, j0, k0, ni, nj, nk, area_offset, stride0, stride1}}.
+// One launch for all boxes of all blocks. Each CUDA block copies up to {per_block}
+// consecutive elements of one box; it finds its box by binary search over the boxes'
+// first CUDA-block index (the same for all its threads). Box sizes fit 32 bits.
+// tab: per box {{first_cuda_block, block, i0, j0, k0, nj, nk, area_offset, stride0,
+// stride1, n}}.
 extern "C" __global__ void {name}(elem_t* const* __restrict__ blks, elem_t* __restrict__ area,
-                                  const long long* __restrict__ tab)
+                                  const long long* __restrict__ tab, const int nbox)
 {{
-    const long long* r = tab + 10 * blockIdx.y;
-    const int nj = (int)r[5], nk = (int)r[6];
-    const int n = (int)r[4] * nj * nk;
-    elem_t* blk = blks[r[0]];
+    int lo = 0, hi = nbox - 1;
+    while (lo < hi) {{
+        const int mid = (lo + hi + 1) >> 1;
+        if (tab[11 * mid] <= blockIdx.x) lo = mid; else hi = mid - 1;
+    }}
+    const long long* r = tab + 11 * lo;
+    const int nj = (int)r[5], nk = (int)r[6], njk = nj * nk, n = (int)r[10];
+    elem_t* blk = blks[r[1]];
     elem_t* box = area + r[7];
-    const long long base = r[1] * r[8] + r[2] * r[9] + r[3];
-    for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < n; t += gridDim.x * blockDim.x) {{
-        const int i = t / (nj * nk);
-        const int rem = t - i * (nj * nk);
-        const int j = rem / nk;
-        const int k = rem - j * nk;
-        const long long b = base + i * r[8] + j * r[9] + k;
-        {body}
+    const long long s0 = r[8], s1 = r[9];
+    const long long base = r[2] * s0 + r[3] * s1 + r[4];
+    const int first = (int)(blockIdx.x - r[0]) * {per_block};
+    #pragma unroll
+    for (int e = 0; e < {per_block} / {threads}; ++e) {{
+        const int t = first + e * {threads} + threadIdx.x;
+        if (t < n) {{
+            const int i = t / njk;
+            const int rem = t - i * njk;
+            const int j = rem / nk;
+            const int k = rem - j * nk;
+            const long long b = base + i * s0 + j * s1 + k;
+            {body}
+        }}
     }}
 }}
 """
+_THREADS, _PER_BLOCK = 256, 1024
 
 
 @functools.cache
@@ -55,7 +68,7 @@ def _get_halo_kernel(itemsize: int, unpack: bool):
         raise TypeError(f"halo exchange: element size {itemsize} bytes is not supported ({sorted(_TYPES)})")
     name = f"halo_{'unpack' if unpack else 'pack'}_{itemsize * 8}bit"
     body = "blk[b] = box[t];" if unpack else "box[t] = blk[b];"
-    src = _SOURCE.format(ctype=_TYPES[itemsize], name=name, body=body)
+    src = _SOURCE.format(ctype=_TYPES[itemsize], name=name, body=body, threads=_THREADS, per_block=_PER_BLOCK)
     return cupy.RawKernel(src, name)
 
 
@@ -104,17 +117,18 @@ class CupyCopier:
 
     @staticmethod
     def _table(regions: dict[int, list[Region]], slot, shapes):
-        rows, biggest = [], 0
+        rows, nblocks = [], 0
         for g in sorted(regions):
             _, ny, nz = shapes[g]
             for (i0, j0, k0), (ni, nj, nk), off in regions[g]:
-                rows.append((slot[g], i0, j0, k0, ni, nj, nk, off, ny * nz, nz))
-                biggest = max(biggest, ni * nj * nk)
+                n = ni * nj * nk
+                if n >= 2**31:
+                    raise ValueError(f"halo exchange: a ghost box of {n} elements exceeds the kernel's 2^31 limit")
+                rows.append((nblocks, slot[g], i0, j0, k0, nj, nk, off, ny * nz, nz, n))
+                nblocks += -(-n // _PER_BLOCK)
         if not rows:
             return None
-        if biggest >= 2**31 or len(rows) > 65535:
-            raise ValueError(f"halo exchange: {len(rows)} boxes of up to {biggest} elements exceed the kernel's limits")
-        return arrays.to_device(np.asarray(rows, np.int64).ravel()), len(rows), biggest
+        return arrays.to_device(np.asarray(rows, np.int64).ravel()), len(rows), nblocks
 
     def upload_pointers(self, blocks):
         """Device table of the blocks' pointers (uploaded once per set of arrays)."""
@@ -129,10 +143,8 @@ class CupyCopier:
     def _run(self, kernel, table, blocks, area) -> None:
         if table is None:
             return
-        tab, nbox, biggest = table
-        threads = 256
-        gx = int(min((biggest + threads - 1) // threads, 1024))
-        kernel((gx, nbox), (threads,), (self.upload_pointers(blocks), area, tab))
+        tab, nbox, nblocks = table
+        kernel((nblocks,), (_THREADS,), (self.upload_pointers(blocks), area, tab, np.int32(nbox)))
 
     def pack(self, blocks, area) -> None:
         self._run(self._k_pack, self._pack, blocks, area)
