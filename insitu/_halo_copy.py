@@ -77,8 +77,12 @@ class NumpyCopier:
 
     def __init__(self, pack: dict[int, list[Region]], unpack: dict[int, list[Region]], dtype,
                  shapes: dict[int, tuple[int, int, int]]) -> None:
+        del dtype, shapes  # slices need neither
         self._pack = {g: [(_slices(s, n), n, o, int(np.prod(n))) for s, n, o in rs] for g, rs in pack.items()}
         self._unpack = {g: [(_slices(s, n), n, o, int(np.prod(n))) for s, n, o in rs] for g, rs in unpack.items()}
+
+    def upload_pointers(self, blocks) -> None:
+        """Nothing to upload on the host."""
 
     def pack(self, blocks, area) -> None:
         for g, rs in self._pack.items():

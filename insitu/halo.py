@@ -118,6 +118,7 @@ class HaloExchange:
         self.graphs = bool(graphs)
         self._graphs: dict | None = None
         self._warm = False
+        self._side = None
         self.timeout = float(timeout)
         self._user_comm = comm
         if comm is None:
@@ -181,14 +182,40 @@ class HaloExchange:
     def _exchange_eager(self, arrs, deadline: float) -> None:
         for t in self._transports:
             t.prepare(deadline)  # peers are done reading our send segments
-        self._copier.pack(arrs, self._area)
+        self._enqueue(arrs, deadline, host_steps=True)
+
+    def _enqueue(self, arrs, deadline: float, *, host_steps: bool) -> None:
+        """Same-rank copies beside the remote path: pack, send, receive, unpack.
+
+        On the GPU the same-rank copies run on a side stream, overlapping the
+        transfers, and join before the end; only remote boxes sit on the critical
+        path. `host_steps=False` (graph capture) leaves out the transports' host-side
+        waits.
+        """
+        side = self._side
+        if side is not None:
+            import cupy
+
+            cur = cupy.cuda.get_current_stream()
+            side.wait_event(cur.record())
+            with side:
+                self._local.pack(arrs, self._area)
+                self._local.unpack(arrs, self._area)
+        else:
+            self._local.pack(arrs, self._area)
+            self._local.unpack(arrs, self._area)
+        self._remote.pack(arrs, self._area)
         for t in self._transports:
             t.start()
-        for t in self._transports:
-            t.wait(deadline)
-        self._copier.unpack(arrs, self._area)
-        for t in self._transports:
-            t.release()
+        if host_steps:
+            for t in self._transports:
+                t.wait(deadline)
+        self._remote.unpack(arrs, self._area)
+        if side is not None:
+            cur.wait_event(side.record())
+        if host_steps:
+            for t in self._transports:
+                t.release()
 
     def _exchange_graph(self, arrs, deadline: float) -> None:
         """Pack, NCCL transfers and unpack replayed as one captured CUDA graph.
@@ -208,15 +235,13 @@ class HaloExchange:
                 self._exchange_eager(arrs, deadline)
                 self._warm = True
                 return
-            self._copier.upload_pointers(arrs)  # outside the capture
+            self._local.upload_pointers(arrs)  # outside the capture
+            self._remote.upload_pointers(arrs)
             stream = cupy.cuda.Stream(non_blocking=True)
             with stream:
                 stream.begin_capture(getattr(cupy.cuda.runtime, "streamCaptureModeRelaxed", 2))
                 try:
-                    self._copier.pack(arrs, self._area)
-                    for t in self._transports:
-                        t.start()
-                    self._copier.unpack(arrs, self._area)
+                    self._enqueue(arrs, deadline, host_steps=False)
                 finally:
                     graph = stream.end_capture()
             if len(self._graphs) >= 8:
@@ -347,28 +372,35 @@ class HaloExchange:
         """Place every message in one flat area: send segments, local, receive segments."""
         off = 0
         self._send_seg, self._recv_seg = {}, {}
-        pack: dict[int, list] = {g: [] for g in self.local}
-        unpack: dict[int, list] = {g: [] for g in self.local}
+        boxes = {k: {g: [] for g in self.local} for k in ("send", "recv", "local_out", "local_in")}
 
-        def place(msgs, to_pack: bool, to_unpack: bool):
+        def place(msgs, out: str | None, into: str | None):
             nonlocal off
             start = off
             for m in msgs:
-                if to_pack:
-                    pack[m.src].append((tuple(x.start for x in m.send), m.shape, off))
-                if to_unpack:
-                    unpack[m.dst].append((tuple(x.start for x in m.recv), m.shape, off))
+                if out:
+                    boxes[out][m.src].append((tuple(x.start for x in m.send), m.shape, off))
+                if into:
+                    boxes[into][m.dst].append((tuple(x.start for x in m.recv), m.shape, off))
                 off += m.size
             return start, off - start
 
         for p in sorted(self._sends):
-            self._send_seg[p] = place(self._sends[p], True, False)
-        place(self._local_msgs, True, True)  # same-rank copies go through the area too
+            self._send_seg[p] = place(self._sends[p], "send", None)
+        place(self._local_msgs, "local_out", "local_in")  # same-rank copies go through the area too
         for p in sorted(self._recvs):
-            self._recv_seg[p] = place(self._recvs[p], False, True)
+            self._recv_seg[p] = place(self._recvs[p], None, "recv")
         self._area = alloc_area(off, np.dtype(dtype), backend)
         copier = CupyCopier if backend == "cupy" else NumpyCopier
-        self._copier = copier(pack, unpack, dtype, {g: self.domain.block(g).padded_shape for g in self.local})
+        shapes = {g: self.domain.block(g).padded_shape for g in self.local}
+        self._remote = copier(boxes["send"], boxes["recv"], dtype, shapes)
+        self._local = copier(boxes["local_out"], boxes["local_in"], dtype, shapes)
+        if backend == "cupy":
+            import cupy
+
+            self._side = cupy.cuda.Stream(non_blocking=True)
+        else:
+            self._side = None
 
     def _choice(self, me: PeerInfo, peer: PeerInfo, infos) -> str:
         o = self._override

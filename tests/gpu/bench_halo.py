@@ -109,7 +109,8 @@ def worker(args) -> None:
         ex._validate(blocks)
     validate = (time.perf_counter() - t0) / 100
     kern = {}
-    for name, fn in (("pack", ex._copier.pack), ("unpack", ex._copier.unpack)):
+    for name, fn in (("pack", lambda *a: (ex._remote.pack(*a), ex._local.pack(*a))),
+                     ("unpack", lambda *a: (ex._remote.unpack(*a), ex._local.unpack(*a)))):
         ts = []
         for _ in range(20):
             ev[0].record()
