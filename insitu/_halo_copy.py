@@ -136,6 +136,8 @@ class CupyCopier:
 
     def upload_pointers(self, blocks):
         """Device table of the blocks' pointers (uploaded once per set of arrays)."""
+        if self._pack is None and self._unpack is None:
+            return None  # no boxes: nothing will read it
         key = tuple(blocks[g].data.ptr for g in self._order)
         tab = self._ptr_tables.get(key)
         if tab is None:
