@@ -1,1 +1,4 @@
-"""insitu adaptors (placeholder package; see the open issues)."""
+"""What simulations link: the Catalyst-style Python adaptor, pipeline configuration, C ABI and Fortran module.
+
+Empty until the adaptor lands (issue 7); the package exists so the layering is in place.
+"""
