@@ -1,46 +1,54 @@
-"""Pack/unpack of halo regions between block arrays and one flat exchange area.
+"""Copies of halo boxes between block arrays and a flat exchange area.
 
-Both backends take the same region tables: for each block, a list of
-``(starts, shape, area_offset)`` boxes, flattened in C order into the area. NumPy
-copies box by box with slices; CuPy runs one table-driven kernel for all boxes of all
-blocks (one launch per direction instead of one per box: small halos would otherwise
-be dominated by launch overhead).
+A *move* copies one box: from a block array (a gid and the box's start index) or from
+the area (an element offset: the box lies there flattened in C order) to either of
+the two. Packing (block -> area), unpacking (area -> block) and same-rank copies
+(block -> block) are all lists of moves. Both backends take the same lists: NumPy
+copies move by move with slices; CuPy runs one table-driven kernel for a whole list
+(one launch instead of one per box: small halos would otherwise be dominated by
+launch overhead).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from . import arrays
 
-Region = tuple[tuple[int, int, int], tuple[int, int, int], int]  # starts, shape, area offset
+#: (gid, (i0, j0, k0)) for a box inside a block array, or (None, offset) inside the area.
+Box = tuple[Any, Any]
+#: (source box, destination box, box shape)
+Move = tuple[Box, Box, tuple[int, int, int]]
 
 _TYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long", 16: "ulonglong2"}
+_THREADS, _PER_BLOCK = 256, 1024
+_ROW = 12
 
 _SOURCE = r"""
 typedef {ctype} elem_t;
-// One launch for all boxes of all blocks. Each CUDA block copies up to {per_block}
-// consecutive elements of one box; it finds its box by binary search over the boxes'
-// first CUDA-block index (the same for all its threads). Box sizes fit 32 bits.
-// tab: per box {{first_cuda_block, block, i0, j0, k0, nj, nk, area_offset, stride0,
-// stride1, n}}.
-extern "C" __global__ void {name}(elem_t* const* __restrict__ blks, elem_t* __restrict__ area,
+// One launch copies every box of a move list. Each CUDA block copies up to {per_block}
+// consecutive elements of one box and finds its box by binary search over the boxes'
+// first CUDA-block index (the same for all its threads). Arrays are reached through
+// a table of pointers; the exchange area is one of them, with strides that make it
+// contiguous. Box sizes fit 32 bits, addresses use 64.
+// tab: per box {{first_cuda_block, n, nj, nk, src, src_base, src_s0, src_s1,
+//                dst, dst_base, dst_s0, dst_s1}}.
+extern "C" __global__ void {name}(elem_t* const* __restrict__ ptrs,
                                   const long long* __restrict__ tab, const int nbox)
 {{
     int lo = 0, hi = nbox - 1;
     while (lo < hi) {{
         const int mid = (lo + hi + 1) >> 1;
-        if (tab[11 * mid] <= blockIdx.x) lo = mid; else hi = mid - 1;
+        if (tab[{row} * mid] <= blockIdx.x) lo = mid; else hi = mid - 1;
     }}
-    const long long* r = tab + 11 * lo;
-    const int nj = (int)r[5], nk = (int)r[6], njk = nj * nk, n = (int)r[10];
-    elem_t* blk = blks[r[1]];
-    elem_t* box = area + r[7];
-    const long long s0 = r[8], s1 = r[9];
-    const long long base = r[2] * s0 + r[3] * s1 + r[4];
+    const long long* r = tab + {row} * lo;
+    const int n = (int)r[1], nj = (int)r[2], nk = (int)r[3], njk = nj * nk;
+    const elem_t* __restrict__ src = ptrs[r[4]] + r[5];
+    elem_t* __restrict__ dst = ptrs[r[8]] + r[9];
+    const long long ss0 = r[6], ss1 = r[7], ds0 = r[10], ds1 = r[11];
     const int first = (int)(blockIdx.x - r[0]) * {per_block};
     #pragma unroll
     for (int e = 0; e < {per_block} / {threads}; ++e) {{
@@ -50,57 +58,60 @@ extern "C" __global__ void {name}(elem_t* const* __restrict__ blks, elem_t* __re
             const int rem = t - i * njk;
             const int j = rem / nk;
             const int k = rem - j * nk;
-            const long long b = base + i * s0 + j * s1 + k;
-            {body}
+            dst[i * ds0 + j * ds1 + k] = src[i * ss0 + j * ss1 + k];
         }}
     }}
 }}
 """
-_THREADS, _PER_BLOCK = 256, 1024
 
 
 @functools.cache
-def _get_halo_kernel(itemsize: int, unpack: bool):
-    """Kernel copying table boxes of the blocks into (pack) or out of (unpack) the area."""
+def _get_halo_copy_kernel(itemsize: int):
+    """Kernel running a move table, for elements of `itemsize` bytes."""
     import cupy
 
     if itemsize not in _TYPES:
         raise TypeError(f"halo exchange: element size {itemsize} bytes is not supported ({sorted(_TYPES)})")
-    name = f"halo_{'unpack' if unpack else 'pack'}_{itemsize * 8}bit"
-    body = "blk[b] = box[t];" if unpack else "box[t] = blk[b];"
-    src = _SOURCE.format(ctype=_TYPES[itemsize], name=name, body=body, threads=_THREADS, per_block=_PER_BLOCK)
+    name = f"halo_copy_{itemsize * 8}bit"
+    src = _SOURCE.format(ctype=_TYPES[itemsize], name=name, threads=_THREADS, per_block=_PER_BLOCK, row=_ROW)
     return cupy.RawKernel(src, name)
 
 
 class NumpyCopier:
-    """Box-by-box slice copies (host arrays)."""
+    """Move by move slice copies (host arrays)."""
 
-    def __init__(self, pack: dict[int, list[Region]], unpack: dict[int, list[Region]], dtype,
-                 shapes: dict[int, tuple[int, int, int]]) -> None:
+    def __init__(self, moves: Sequence[Move], dtype, shapes: dict[int, tuple[int, int, int]]) -> None:
         del dtype, shapes  # slices need neither
-        self._pack = {g: [(_slices(s, n), n, o, int(np.prod(n))) for s, n, o in rs] for g, rs in pack.items()}
-        self._unpack = {g: [(_slices(s, n), n, o, int(np.prod(n))) for s, n, o in rs] for g, rs in unpack.items()}
+        self._moves = [(self._view(s, shape), self._view(d, shape)) for s, d, shape in moves]
 
-    def upload_pointers(self, blocks) -> None:
+    @staticmethod
+    def _view(box: Box, shape):
+        gid, where = box
+        if gid is None:
+            n = int(np.prod(shape))
+            return None, (slice(where, where + n), shape)
+        return gid, tuple(slice(a, a + b) for a, b in zip(where, shape))
+
+    @staticmethod
+    def _get(ref, blocks, area):
+        gid, sl = ref
+        if gid is None:
+            flat, shape = sl
+            return area[flat].reshape(shape)
+        return blocks[gid][sl]
+
+    def upload_pointers(self, blocks, area) -> None:
         """Nothing to upload on the host."""
 
-    def pack(self, blocks, area) -> None:
-        for g, rs in self._pack.items():
-            a = blocks[g]
-            for sl, shape, o, n in rs:
-                area[o:o + n].reshape(shape)[...] = a[sl]
-
-    def unpack(self, blocks, area) -> None:
-        for g, rs in self._unpack.items():
-            a = blocks[g]
-            for sl, shape, o, n in rs:
-                a[sl] = area[o:o + n].reshape(shape)
+    def run(self, blocks, area) -> None:
+        for s, d in self._moves:
+            self._get(d, blocks, area)[...] = self._get(s, blocks, area)
 
 
 class CupyCopier:
-    """One table-driven kernel launch for all blocks per direction (device arrays).
+    """One table-driven kernel launch per move list (device arrays).
 
-    The box tables go to the device once. The kernel reads the blocks through a
+    The move table goes to the device once. The kernel reaches the arrays through a
     device table of their pointers; tables for the last few sets of arrays are kept,
     so a solver that keeps (or double-buffers) its arrays uploads nothing per step,
     and one that allocates new arrays each step uploads 8 bytes per block (counted).
@@ -108,37 +119,36 @@ class CupyCopier:
 
     _KEEP = 8
 
-    def __init__(self, pack: dict[int, list[Region]], unpack: dict[int, list[Region]], dtype,
-                 shapes: dict[int, tuple[int, int, int]]) -> None:
-        itemsize = np.dtype(dtype).itemsize
-        self._k_pack = _get_halo_kernel(itemsize, False)
-        self._k_unpack = _get_halo_kernel(itemsize, True)
+    def __init__(self, moves: Sequence[Move], dtype, shapes: dict[int, tuple[int, int, int]]) -> None:
+        self._kernel = _get_halo_copy_kernel(np.dtype(dtype).itemsize)
         self._order = sorted(shapes)
+        area_slot = len(self._order)
         slot = {g: i for i, g in enumerate(self._order)}
-        self._pack = self._table(pack, slot, shapes)
-        self._unpack = self._table(unpack, slot, shapes)
+
+        def ref(box: Box, shape):
+            gid, where = box
+            if gid is None:  # the area: contiguous, so strides from the box shape
+                return (area_slot, where, shape[1] * shape[2], shape[2])
+            _, ny, nz = shapes[gid]
+            i0, j0, k0 = where
+            return (slot[gid], (i0 * ny + j0) * nz + k0, ny * nz, nz)
+
+        rows, nblocks = [], 0
+        for s, d, (ni, nj, nk) in moves:
+            n = ni * nj * nk
+            if n >= 2**31:
+                raise ValueError(f"halo exchange: a ghost box of {n} elements exceeds the kernel's 2^31 limit")
+            rows.append((nblocks, n, nj, nk, *ref(s, (ni, nj, nk)), *ref(d, (ni, nj, nk))))
+            nblocks += -(-n // _PER_BLOCK)
+        self._nbox, self._nblocks = len(rows), nblocks
+        self._table = arrays.to_device(np.asarray(rows, np.int64).ravel()) if rows else None
         self._ptr_tables: dict[tuple[int, ...], Any] = {}
 
-    @staticmethod
-    def _table(regions: dict[int, list[Region]], slot, shapes):
-        rows, nblocks = [], 0
-        for g in sorted(regions):
-            _, ny, nz = shapes[g]
-            for (i0, j0, k0), (ni, nj, nk), off in regions[g]:
-                n = ni * nj * nk
-                if n >= 2**31:
-                    raise ValueError(f"halo exchange: a ghost box of {n} elements exceeds the kernel's 2^31 limit")
-                rows.append((nblocks, slot[g], i0, j0, k0, nj, nk, off, ny * nz, nz, n))
-                nblocks += -(-n // _PER_BLOCK)
-        if not rows:
-            return None
-        return arrays.to_device(np.asarray(rows, np.int64).ravel()), len(rows), nblocks
-
-    def upload_pointers(self, blocks):
-        """Device table of the blocks' pointers (uploaded once per set of arrays)."""
-        if self._pack is None and self._unpack is None:
+    def upload_pointers(self, blocks, area):
+        """Device table of the arrays' pointers (uploaded once per set of arrays)."""
+        if self._table is None:
             return None  # no boxes: nothing will read it
-        key = tuple(blocks[g].data.ptr for g in self._order)
+        key = (*(blocks[g].data.ptr for g in self._order), area.data.ptr)
         tab = self._ptr_tables.get(key)
         if tab is None:
             if len(self._ptr_tables) >= self._KEEP:
@@ -146,18 +156,8 @@ class CupyCopier:
             tab = self._ptr_tables[key] = arrays.to_device(np.asarray(key, np.uint64))
         return tab
 
-    def _run(self, kernel, table, blocks, area) -> None:
-        if table is None:
+    def run(self, blocks, area) -> None:
+        if self._table is None:
             return
-        tab, nbox, nblocks = table
-        kernel((nblocks,), (_THREADS,), (self.upload_pointers(blocks), area, tab, np.int32(nbox)))
-
-    def pack(self, blocks, area) -> None:
-        self._run(self._k_pack, self._pack, blocks, area)
-
-    def unpack(self, blocks, area) -> None:
-        self._run(self._k_unpack, self._unpack, blocks, area)
-
-
-def _slices(starts, shape):
-    return tuple(slice(s, s + n) for s, n in zip(starts, shape))
+        ptrs = self.upload_pointers(blocks, area)
+        self._kernel((self._nblocks,), (_THREADS,), (ptrs, self._table, np.int32(self._nbox)))

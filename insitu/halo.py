@@ -180,12 +180,13 @@ class HaloExchange:
             self._exchange_eager(arrs, deadline)
 
     def _exchange_eager(self, arrs, deadline: float) -> None:
+        """Exchange with the transports' host-side steps (all transports, CPU and GPU)."""
         for t in self._transports:
             t.prepare(deadline)  # peers are done reading our send segments
         self._enqueue(arrs, deadline, host_steps=True)
 
     def _enqueue(self, arrs, deadline: float, *, host_steps: bool) -> None:
-        """Same-rank copies beside the remote path: pack, send, receive, unpack.
+        """Same-rank copies beside the remote path (pack, send, receive, unpack).
 
         On the GPU the same-rank copies run on a side stream, overlapping the
         transfers, and join before the end; only remote boxes sit on the critical
@@ -199,18 +200,16 @@ class HaloExchange:
             cur = cupy.cuda.get_current_stream()
             side.wait_event(cur.record())
             with side:
-                self._local.pack(arrs, self._area)
-                self._local.unpack(arrs, self._area)
+                self._direct.run(arrs, self._area)
         else:
-            self._local.pack(arrs, self._area)
-            self._local.unpack(arrs, self._area)
-        self._remote.pack(arrs, self._area)
+            self._direct.run(arrs, self._area)
+        self._pack.run(arrs, self._area)
         for t in self._transports:
             t.start()
         if host_steps:
             for t in self._transports:
                 t.wait(deadline)
-        self._remote.unpack(arrs, self._area)
+        self._unpack.run(arrs, self._area)
         if side is not None:
             cur.wait_event(side.record())
         if host_steps:
@@ -235,8 +234,8 @@ class HaloExchange:
                 self._exchange_eager(arrs, deadline)
                 self._warm = True
                 return
-            self._local.upload_pointers(arrs)  # outside the capture
-            self._remote.upload_pointers(arrs)
+            for c in (self._direct, self._pack, self._unpack):
+                c.upload_pointers(arrs, self._area)  # outside the capture
             stream = cupy.cuda.Stream(non_blocking=True)
             with stream:
                 stream.begin_capture(getattr(cupy.cuda.runtime, "streamCaptureModeRelaxed", 2))
@@ -369,32 +368,28 @@ class HaloExchange:
         return self._area[seg[0]:seg[0] + seg[1]]
 
     def _layout(self, dtype: str, backend: str) -> None:
-        """Place every message in one flat area: send segments, local, receive segments."""
+        """Place remote messages in one flat area (send segments, then receive segments)
+        and build the three move lists: pack, unpack, and same-rank direct copies."""
         off = 0
         self._send_seg, self._recv_seg = {}, {}
-        boxes = {k: {g: [] for g in self.local} for k in ("send", "recv", "local_out", "local_in")}
-
-        def place(msgs, out: str | None, into: str | None):
-            nonlocal off
-            start = off
-            for m in msgs:
-                if out:
-                    boxes[out][m.src].append((tuple(x.start for x in m.send), m.shape, off))
-                if into:
-                    boxes[into][m.dst].append((tuple(x.start for x in m.recv), m.shape, off))
-                off += m.size
-            return start, off - start
-
+        pack, unpack = [], []
         for p in sorted(self._sends):
-            self._send_seg[p] = place(self._sends[p], "send", None)
-        place(self._local_msgs, "local_out", "local_in")  # same-rank copies go through the area too
+            start = off
+            for m in self._sends[p]:
+                pack.append(((m.src, _starts(m.send)), (None, off), m.shape))
+                off += m.size
+            self._send_seg[p] = (start, off - start)
         for p in sorted(self._recvs):
-            self._recv_seg[p] = place(self._recvs[p], None, "recv")
+            start = off
+            for m in self._recvs[p]:
+                unpack.append(((None, off), (m.dst, _starts(m.recv)), m.shape))
+                off += m.size
+            self._recv_seg[p] = (start, off - start)
+        direct = [((m.src, _starts(m.send)), (m.dst, _starts(m.recv)), m.shape) for m in self._local_msgs]
         self._area = alloc_area(off, np.dtype(dtype), backend)
         copier = CupyCopier if backend == "cupy" else NumpyCopier
         shapes = {g: self.domain.block(g).padded_shape for g in self.local}
-        self._remote = copier(boxes["send"], boxes["recv"], dtype, shapes)
-        self._local = copier(boxes["local_out"], boxes["local_in"], dtype, shapes)
+        self._pack, self._unpack, self._direct = (copier(mv, dtype, shapes) for mv in (pack, unpack, direct))
         if backend == "cupy":
             import cupy
 
@@ -411,6 +406,10 @@ class HaloExchange:
             get_transport(name)
             return name
         return choose(me, peer, infos)
+
+
+def _starts(slices) -> tuple[int, int, int]:
+    return tuple(x.start for x in slices)
 
 
 def _override_sig(o) -> Any:

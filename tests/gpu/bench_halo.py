@@ -109,8 +109,7 @@ def worker(args) -> None:
         ex._validate(blocks)
     validate = (time.perf_counter() - t0) / 100
     kern = {}
-    for name, fn in (("pack", lambda *a: (ex._remote.pack(*a), ex._local.pack(*a))),
-                     ("unpack", lambda *a: (ex._remote.unpack(*a), ex._local.unpack(*a)))):
+    for name, fn in (("pack", ex._pack.run), ("unpack", ex._unpack.run), ("direct", ex._direct.run)):
         ts = []
         for _ in range(20):
             ev[0].record()
@@ -125,7 +124,8 @@ def worker(args) -> None:
         print("RESULT " + json.dumps(dict(
             ranks=size, gpus=cp.cuda.runtime.getDeviceCount(), transports=kinds, time=t,
             ghost_bytes=ghost_bytes, remote_bytes=remote_bytes, copy_time=copy, nccl_time=nccl_t,
-            staged_calls=staged, validate=validate, pack=kern["pack"], unpack=kern["unpack"], device=cp.cuda.runtime.getDeviceProperties(0)["name"].decode())), flush=True)
+            staged_calls=staged, validate=validate, pack=kern["pack"], unpack=kern["unpack"],
+            direct=kern["direct"], device=cp.cuda.runtime.getDeviceProperties(0)["name"].decode())), flush=True)
 
 
 CONFIGS = [
@@ -176,7 +176,7 @@ def driver(args) -> None:
         "",
         "| configuration | transports | ms / exchange | ghost MB | GB/s (all ghosts) | device copy of same bytes, GB/s | "
         "remote MB | GB/s (remote) | raw NCCL same bytes, GB/s | vs NCCL | host transfers / exchange | "
-        "rank 0: checks / pack / unpack, us |",
+        "rank 0: checks / pack / unpack / same-rank copies, us |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
@@ -189,7 +189,7 @@ def driver(args) -> None:
             f"{r['ghost_bytes'] / r['copy_time'] / 1e9:.0f}", f"{r['remote_bytes'] / 1e6:.1f}",
             f"{rem:.1f}" if rem else "-", f"{nc:.1f}" if nc else "-",
             f"{100 * rem / nc:.0f}%" if nc else "-", f"{r['staged_calls'] / args.reps:g}",
-            f"{r['validate'] * 1e6:.0f} / {r['pack'] * 1e6:.0f} / {r['unpack'] * 1e6:.0f}",
+            f"{r['validate'] * 1e6:.0f} / {r['pack'] * 1e6:.0f} / {r['unpack'] * 1e6:.0f} / {r['direct'] * 1e6:.0f}",
         ]
         out.append("| " + " | ".join(cells) + " |")
     text = "\n".join(out) + "\n"
