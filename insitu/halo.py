@@ -198,14 +198,17 @@ class HaloExchange:
             import cupy
 
             cur = cupy.cuda.get_current_stream()
-            side.wait_event(cur.record())
+            fork = cur.record()  # the blocks' data is ready here
+        self._pack.run(arrs, self._area)
+        for t in self._transports:
+            t.start()
+        # Enqueued after the sends so the critical path gets the GPU first.
+        if side is not None:
+            side.wait_event(fork)
             with side:
                 self._direct.run(arrs, self._area)
         else:
             self._direct.run(arrs, self._area)
-        self._pack.run(arrs, self._area)
-        for t in self._transports:
-            t.start()
         if host_steps:
             for t in self._transports:
                 t.wait(deadline)
