@@ -37,28 +37,33 @@ typedef {ctype} elem_t;
 // tab: per box {{first_cuda_block, n, nj, nk, src, src_base, src_s0, src_s1,
 //                dst, dst_base, dst_s0, dst_s1}}.
 extern "C" __global__ void {name}(elem_t* const* __restrict__ ptrs,
-                                  const long long* __restrict__ tab, const int nbox)
+                                  const long long* __restrict__ tab, const int nbox,
+                                  const int nwork)
 {{
-    int lo = 0, hi = nbox - 1;
-    while (lo < hi) {{
-        const int mid = (lo + hi + 1) >> 1;
-        if (tab[{row} * mid] <= blockIdx.x) lo = mid; else hi = mid - 1;
-    }}
-    const long long* r = tab + {row} * lo;
-    const int n = (int)r[1], nj = (int)r[2], nk = (int)r[3], njk = nj * nk;
-    const elem_t* __restrict__ src = ptrs[r[4]] + r[5];
-    elem_t* __restrict__ dst = ptrs[r[8]] + r[9];
-    const long long ss0 = r[6], ss1 = r[7], ds0 = r[10], ds1 = r[11];
-    const int first = (int)(blockIdx.x - r[0]) * {per_block};
-    #pragma unroll
-    for (int e = 0; e < {per_block} / {threads}; ++e) {{
-        const int t = first + e * {threads} + threadIdx.x;
-        if (t < n) {{
-            const int i = t / njk;
-            const int rem = t - i * njk;
-            const int j = rem / nk;
-            const int k = rem - j * nk;
-            dst[i * ds0 + j * ds1 + k] = src[i * ss0 + j * ss1 + k];
+    // Grid-stride over work items ({per_block} elements of one box each), so a launch
+    // can be given fewer CUDA blocks than items and leave SMs to concurrent work.
+    for (int w = blockIdx.x; w < nwork; w += gridDim.x) {{
+        int lo = 0, hi = nbox - 1;
+        while (lo < hi) {{
+            const int mid = (lo + hi + 1) >> 1;
+            if (tab[{row} * mid] <= w) lo = mid; else hi = mid - 1;
+        }}
+        const long long* r = tab + {row} * lo;
+        const int n = (int)r[1], nj = (int)r[2], nk = (int)r[3], njk = nj * nk;
+        const elem_t* __restrict__ src = ptrs[r[4]] + r[5];
+        elem_t* __restrict__ dst = ptrs[r[8]] + r[9];
+        const long long ss0 = r[6], ss1 = r[7], ds0 = r[10], ds1 = r[11];
+        const int first = (int)(w - r[0]) * {per_block};
+        #pragma unroll
+        for (int e = 0; e < {per_block} / {threads}; ++e) {{
+            const int t = first + e * {threads} + threadIdx.x;
+            if (t < n) {{
+                const int i = t / njk;
+                const int rem = t - i * njk;
+                const int j = rem / nk;
+                const int k = rem - j * nk;
+                dst[i * ds0 + j * ds1 + k] = src[i * ss0 + j * ss1 + k];
+            }}
         }}
     }}
 }}
@@ -80,8 +85,9 @@ def _get_halo_copy_kernel(itemsize: int):
 class NumpyCopier:
     """Move by move slice copies (host arrays)."""
 
-    def __init__(self, moves: Sequence[Move], dtype, shapes: dict[int, tuple[int, int, int]]) -> None:
-        del dtype, shapes  # slices need neither
+    def __init__(self, moves: Sequence[Move], dtype, shapes: dict[int, tuple[int, int, int]],
+                 *, max_blocks: int | None = None) -> None:
+        del dtype, shapes, max_blocks  # slices need none of them
         self._moves = [(self._view(s, shape), self._view(d, shape)) for s, d, shape in moves]
 
     @staticmethod
@@ -119,8 +125,10 @@ class CupyCopier:
 
     _KEEP = 8
 
-    def __init__(self, moves: Sequence[Move], dtype, shapes: dict[int, tuple[int, int, int]]) -> None:
+    def __init__(self, moves: Sequence[Move], dtype, shapes: dict[int, tuple[int, int, int]],
+                 *, max_blocks: int | None = None) -> None:
         self._kernel = _get_halo_copy_kernel(np.dtype(dtype).itemsize)
+        self._max_blocks = max_blocks
         self._order = sorted(shapes)
         area_slot = len(self._order)
         slot = {g: i for i, g in enumerate(self._order)}
@@ -160,4 +168,5 @@ class CupyCopier:
         if self._table is None:
             return
         ptrs = self.upload_pointers(blocks, area)
-        self._kernel((self._nblocks,), (_THREADS,), (ptrs, self._table, np.int32(self._nbox)))
+        grid = self._nblocks if self._max_blocks is None else min(self._nblocks, self._max_blocks)
+        self._kernel((grid,), (_THREADS,), (ptrs, self._table, np.int32(self._nbox), np.int32(self._nblocks)))

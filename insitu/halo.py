@@ -119,6 +119,7 @@ class HaloExchange:
         self._graphs: dict | None = None
         self._warm = False
         self._side = None
+        self._seen = None
         self.timeout = float(timeout)
         self._user_comm = comm
         if comm is None:
@@ -198,8 +199,9 @@ class HaloExchange:
             import cupy
 
             cur = cupy.cuda.get_current_stream()
-            fork = cur.record()  # the blocks' data is ready here
         self._pack.run(arrs, self._area)
+        if side is not None:
+            fork = cur.record()  # after the pack: the same-rank copies must not delay it
         for t in self._transports:
             t.start()
         # Enqueued after the sends so the critical path gets the GPU first.
@@ -276,7 +278,22 @@ class HaloExchange:
 
     # ------------------------------------------------------------------ internals
     def _validate(self, blocks: Mapping[int, Any]) -> dict[int, Any]:
-        # Runs every exchange: one pass, cheap attribute reads only (it is on the hot path).
+        # Runs every exchange, so it is kept cheap: the same array objects as last time
+        # (the common case in a time loop) are re-checked by shape and dtype only.
+        try:
+            same = [blocks[g] for g in self.local]
+        except KeyError:
+            same = None
+        if (same is not None and len(blocks) == len(self.local) and self._seen is not None
+                and all(a is b for a, b in zip(same, self._seen[0]))
+                and all(a.shape == s and a.dtype == d
+                        for a, (s, d) in zip(self._seen[2].values(), self._seen[1]))):
+            return self._seen[2]
+        arrs = self._check(blocks)
+        self._seen = (same, [(a.shape, a.dtype) for a in arrs.values()], arrs)
+        return arrs
+
+    def _check(self, blocks: Mapping[int, Any]) -> dict[int, Any]:
         if len(blocks) != len(self.local) or any(g not in blocks for g in self.local):
             got, want = set(blocks), set(self.local)
             raise ValueError(
@@ -392,13 +409,18 @@ class HaloExchange:
         self._area = alloc_area(off, np.dtype(dtype), backend)
         copier = CupyCopier if backend == "cupy" else NumpyCopier
         shapes = {g: self.domain.block(g).padded_shape for g in self.local}
-        self._pack, self._unpack, self._direct = (copier(mv, dtype, shapes) for mv in (pack, unpack, direct))
+        side_blocks = None
+        self._side = None
         if backend == "cupy":
             import cupy
 
             self._side = cupy.cuda.Stream(non_blocking=True)
-        else:
-            self._side = None
+            if self._sends:
+                # Same-rank copies overlap the transfers; a capped grid leaves room on
+                # every SM for the transport's kernels (NCCL's) to start at once.
+                side_blocks = 2 * cupy.cuda.Device().attributes["MultiProcessorCount"]
+        self._pack, self._unpack = (copier(mv, dtype, shapes) for mv in (pack, unpack))
+        self._direct = copier(direct, dtype, shapes, max_blocks=side_blocks)
 
     def _choice(self, me: PeerInfo, peer: PeerInfo, infos) -> str:
         o = self._override

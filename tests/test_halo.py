@@ -107,3 +107,15 @@ def test_list_instead_of_array():
     dom = Domain.create((2, 2, 2), blocks=(1, 1, 1), ghost=0)
     with pytest.raises(TypeError, match="block 0: expected an array"):
         HaloExchange(dom).exchange({0: [[[0.0] * 2] * 2] * 2})
+
+
+def test_reshaped_array_is_caught_on_a_later_call():
+    # The per-call check is cached for the same array objects; an in-place change of
+    # shape must still be caught before any copy runs.
+    dom = Domain.create((8, 8, 8), blocks=(2, 1, 1), ghost=1)
+    arrs = {b.gid: np.zeros(b.padded_shape, np.float32) for b in dom}
+    ex = HaloExchange(dom)
+    ex.exchange(arrs)
+    arrs[1].shape = (10, 6, 10)
+    with pytest.raises(ValueError, match=r"block 1: array has shape \(10, 6, 10\), expected \(6, 10, 10\)"):
+        ex.exchange(arrs)
