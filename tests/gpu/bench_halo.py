@@ -37,7 +37,7 @@ def worker(args) -> None:
     rank, size = comm.rank, comm.size
     insitu.arrays.select_device(comm)
     n = args.n
-    dom = Domain.create((n, n, n), blocks=(2, 2, 2), ghost=1, nranks=size)
+    dom = Domain.create((n, n, n), blocks=args.blocks, ghost=1, nranks=size)
     blocks = {g: cp.random.random(dom.block(g).padded_shape, dtype=cp.float32) for g in dom.blocks_of(rank)}
     ex = HaloExchange(dom, comm, transport=args.transport, graphs=not args.no_graphs)
     for _ in range(args.warmup):
@@ -155,7 +155,8 @@ def driver(args) -> None:
         if len(vis.split(",")) > ngpu:
             print(f"skip {label}: needs {len(vis.split(','))} GPUs, have {ngpu}", flush=True)
             continue
-        cmd = [os.path.abspath(__file__), "--worker", "--n", str(args.n), "--reps", str(args.reps), *extra]
+        cmd = [os.path.abspath(__file__), "--worker", "--n", str(args.n), "--reps", str(args.reps),
+               "--blocks", *map(str, args.blocks), *extra]
         p = run_mpi(ranks, cmd, env={"CUDA_VISIBLE_DEVICES": vis}, timeout=300)
         line = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
         if p.returncode or not line:
@@ -169,10 +170,12 @@ def driver(args) -> None:
                             text=True).stdout.strip() or os.environ.get("INSITU_COMMIT", "unknown")
     dev = rows[0]["device"] if rows else "?"
     out = [
-        f"### Halo exchange, {args.n}^3 float32 in 8 blocks (2x2x2), ghost 1",
+        f"### Halo exchange, {args.n}^3 float32 in {np.prod(args.blocks)} blocks "
+        f"({'x'.join(map(str, args.blocks))}), ghost 1",
         "",
         f"Device: {dev} (x{ngpu}); date {datetime.date.today()}; commit {commit}; "
-        f"command `python tests/gpu/bench_halo.py --n {args.n}`; median of {args.reps} exchanges after warm-up.",
+        f"command `python tests/gpu/bench_halo.py --n {args.n} --blocks {' '.join(map(str, args.blocks))}"
+        f"{' --only ' + repr(args.only) if args.only else ''}`; median of {args.reps} exchanges after warm-up.",
         "",
         "| configuration | transports | ms / exchange | ghost MB | GB/s (all ghosts) | device copy of same bytes, GB/s | "
         "remote MB | GB/s (remote) | raw NCCL same bytes, GB/s | vs NCCL | host transfers / exchange | "
@@ -203,6 +206,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--n", type=int, default=512)
+    ap.add_argument("--blocks", type=int, nargs=3, default=(2, 2, 2), help="blocks per axis")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--transport", default=None)
