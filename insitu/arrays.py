@@ -41,6 +41,7 @@ __all__ = [
     "is_device_array",
     "no_host_transfers",
     "pinned_empty",
+    "scalar_to_host",
     "select_device",
     "to_device",
     "to_host",
@@ -197,9 +198,12 @@ class TransferStats:
     h2d_bytes: int = 0
     d2h_calls: int = 0
     d2h_bytes: int = 0
+    #: Single values read back to steer a loop (a convergence test), apart from arrays.
+    scalar_reads: int = 0
 
     @property
     def calls(self) -> int:
+        """Array transfers, both directions (scalar reads not included)."""
         return self.h2d_calls + self.d2h_calls
 
     @property
@@ -222,7 +226,9 @@ def transfer_stats() -> TransferStats:
 
 def _count(direction: str, nbytes: int) -> None:
     with _lock:
-        if direction == "h2d":
+        if direction == "scalar":
+            _totals.scalar_reads += 1
+        elif direction == "h2d":
             _totals.h2d_calls += 1
             _totals.h2d_bytes += nbytes
         else:
@@ -263,8 +269,12 @@ def count_transfers() -> Iterator[_Counting]:
 
 
 @contextlib.contextmanager
-def no_host_transfers() -> Iterator[_Counting]:
-    """Raise :class:`HostTransferError` if the block made any counted transfer."""
+def no_host_transfers(*, allow_scalars: bool = False) -> Iterator[_Counting]:
+    """Raise :class:`HostTransferError` if the block made any counted transfer.
+
+    With ``allow_scalars=True``, single values read by :func:`scalar_to_host` (a
+    convergence test, say) are allowed; the count is still in the yielded object.
+    """
     with count_transfers() as c:
         yield c
     s = c.stats
@@ -273,6 +283,8 @@ def no_host_transfers() -> Iterator[_Counting]:
             f"expected no host<->device transfers, got {s.h2d_calls} host->device "
             f"({s.h2d_bytes} B) and {s.d2h_calls} device->host ({s.d2h_bytes} B)"
         )
+    if s.scalar_reads and not allow_scalars:
+        raise HostTransferError(f"expected no host<->device transfers, got {s.scalar_reads} scalar read(s)")
 
 
 def to_host(x: Any, out: np.ndarray | None = None) -> np.ndarray:
@@ -326,6 +338,21 @@ def to_device(x: Any, out: Any = None, *, device: int | None = None):
             res = cp.asarray(h)
     _count("h2d", h.nbytes)
     return res
+
+
+def scalar_to_host(x) -> float | int:
+    """Read one value (a 0-d or 1-element array) to the host; counted as a scalar read.
+
+    Host values are returned as Python numbers, uncounted.
+    """
+    if not is_device_array(x):
+        return np.asarray(x).reshape(()).item()
+    d = asarray(x)
+    if d.size != 1:
+        raise ValueError(f"scalar_to_host: expected one value, got an array of shape {d.shape}")
+    v = d.reshape(()).item()
+    _count("scalar", d.nbytes)
+    return v
 
 
 def pinned_empty(shape, dtype) -> np.ndarray:

@@ -1,0 +1,151 @@
+"""Eikonal solver against scikit-fmm, the analytic point source, and itself decomposed."""
+
+import os
+
+import h5py
+import numpy as np
+import pytest
+import skfmm
+
+from conftest import ROOT
+from solvers.eikonal import EikonalSolver, seeds_from_fractions, solve, update_block
+from solvers.eikonal.speed import constant, from_hdf5, random_smooth, speed_model, two_layer
+from insitu import Domain
+
+MPI_ENV = {"NUMBA_NUM_THREADS": "1"}  # several ranks on 2 cores: one thread each
+
+
+def grid_speed(f, shape, spacing):
+    x, y, z = (np.arange(n) * h for n, h in zip(shape, spacing))
+    return np.broadcast_to(f(x[:, None, None], y[None, :, None], z[None, None, :]), shape).copy()
+
+
+def skfmm_reference(speed, seeds, spacing):
+    # A node with phi == 0 is frozen at T = 0 and nothing else is initialised: the
+    # same problem as T = 0 on the seed nodes.
+    phi = np.ones(speed.shape)
+    phi[seeds] = 0.0
+    return skfmm.travel_time(phi, speed, dx=spacing, order=1)
+
+
+@pytest.mark.parametrize("model", [constant(1.7), two_layer(1.0, 3.0, interface=0.4), random_smooth(seed=3)],
+                         ids=["constant", "two-layer", "random-smooth"])
+@pytest.mark.parametrize("spacing", [(0.05, 0.05, 0.05), (0.03, 0.05, 0.04)], ids=["iso", "aniso"])
+def test_equals_scikit_fmm_order_1(model, spacing):
+    shape = (30, 26, 28)
+    speed = grid_speed(model, shape, spacing)
+    seeds = np.zeros(shape, bool)
+    seeds[5, 6, 7] = seeds[22, 20, 4] = True
+    T = solve(speed, seeds, spacing)
+    ref = skfmm_reference(speed, seeds, spacing)
+    rel = np.abs(T - ref) / np.maximum(ref, 1e-300)
+    assert rel.max() <= 1e-6, rel.max()
+    assert (T[seeds] == 0).all()
+
+
+def test_point_source_converges_to_distance():
+    c, errs = 2.0, []
+    for n in (32, 64, 128):
+        h = 1.0 / (n - 1)
+        T = solve(np.full((n, n, n), c), [(n // 2,) * 3], (h, h, h))
+        x = (np.arange(n) - n // 2) * h
+        exact = np.sqrt(x[:, None, None] ** 2 + x[None, :, None] ** 2 + x[None, None, :] ** 2) / c
+        errs.append(float(np.abs(T - exact).mean()))
+    orders = [np.log2(a / b) for a, b in zip(errs, errs[1:])]
+    print(f"point source, mean |T - r/c|: {errs}; measured order {orders}")
+    assert errs[0] > errs[1] > errs[2]
+    # First-order Godunov with a point source: O(h log(1/h)), so a bit below 1.
+    assert all(0.5 < o < 1.2 for o in orders), orders
+
+
+def test_update_block_reports_change_and_keeps_border():
+    T = np.full((5, 5, 5), np.inf)
+    T[2, 2, 2] = 0.0
+    frozen = T == 0
+    out = T.copy()
+    w = np.ones_like(T)
+    T1, out1, change = update_block(T, out, w, frozen, (1, 1, 1), iterations=1)
+    assert change == np.inf  # infinite nodes got finite values
+    assert T1[1, 2, 2] == 1.0 and T1[1, 1, 2] == np.inf  # one sweep reaches face neighbours only
+    assert np.isinf(T1[0]).all()  # the border is copied, never updated
+    T2, _, change = update_block(T1, out1, w, frozen, (1, 1, 1), iterations=1)
+    assert T2[1, 1, 2] == pytest.approx(1 + np.sqrt(0.5))  # two-axis Godunov: 1 + h/(f*sqrt(2))
+
+
+def test_hdf5_speed_equals_array(tmp_path):
+    shape, spacing = (16, 18, 14), (0.1, 0.1, 0.1)
+    speed = grid_speed(random_smooth(seed=5), shape, spacing)
+    path = tmp_path / "speed.h5"
+    with h5py.File(path, "w") as f:
+        f["c"] = speed
+    dom = Domain.create(shape, blocks=(2, 1, 1), spacing=spacing)
+    s = EikonalSolver(dom, from_hdf5(str(path), "c"), [(3, 3, 3)])
+    s.solve()
+    np.testing.assert_allclose(s.gather(), solve(speed, [(3, 3, 3)], spacing), rtol=1e-12)
+    with pytest.raises(KeyError, match=r"has no dataset 'missing'; it has \['c'\]"):
+        from_hdf5(str(path), "missing")
+
+
+@pytest.mark.parametrize("bad,msg", [(0.0, "found values <= 0"), (-1.0, "found values <= 0"),
+                                     (np.nan, "found NaN"), (np.inf, "found inf")])
+def test_bad_speed(bad, msg):
+    sp = np.ones((6, 6, 6))
+    sp[1, 2, 3] = bad
+    with pytest.raises(ValueError, match=f"speed: must be finite and > 0 everywhere; {msg}"):
+        solve(sp, [(0, 0, 0)])
+
+
+def test_bad_seeds_and_shapes():
+    sp = np.ones((6, 6, 6))
+    with pytest.raises(ValueError, match="seeds: none given"):
+        solve(sp, np.zeros((6, 6, 6), bool))
+    with pytest.raises(ValueError, match=r"seeds: index \(6, 0, 0\) is outside the grid \(6, 6, 6\)"):
+        solve(sp, [(6, 0, 0)])
+    with pytest.raises(ValueError, match=r"seeds: mask has shape \(5, 6, 6\), speed has shape \(6, 6, 6\)"):
+        solve(sp, np.ones((5, 6, 6), bool))
+    with pytest.raises(ValueError, match=r"speed: expected a 3-D array, got shape \(6, 6\)"):
+        solve(np.ones((6, 6)), [(0, 0)])
+    dom = Domain.create((6, 6, 6), blocks=(2, 1, 1))
+    with pytest.raises(ValueError, match=r"speed: array has shape \(6, 6, 5\), the grid is \(6, 6, 6\)"):
+        EikonalSolver(dom, np.ones((6, 6, 5)), [(0, 0, 0)])
+    with pytest.raises(ValueError, match=r"seed \(0.5, 1.5, 0.0\): expected three fractions in \[0, 1\]"):
+        seeds_from_fractions([(0.5, 1.5, 0.0)], (6, 6, 6))
+    with pytest.raises(ValueError, match="unknown model 'granite'; known: constant, two-layer"):
+        speed_model("granite")
+
+
+def test_no_convergence_is_reported():
+    with pytest.raises(RuntimeError, match="no convergence after 2 iterations"):
+        solve(np.ones((30, 30, 30)), [(0, 0, 0)], local_iters=1, max_iter=2)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("nranks,per_rank", [(1, 1), (2, 1), (4, 1), (8, 1), (2, 3)])
+def test_decomposed_equals_single_block(mpi, nranks, per_rank):
+    p = mpi(nranks, "eikonal_check.py", per_rank, env=MPI_ENV)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "OK ranks=" in p.stdout
+    print(p.stdout.strip())  # iterations to converge, for the record
+
+
+@pytest.mark.mpi
+def test_simulation_command(mpi, tmp_path):
+    out = tmp_path / "T.h5"
+    p = mpi(4, "-m", "solvers.eikonal", "--shape", 20, 18, 16, "--seed", "0.5,0.5,0.5",
+            "--speed", "two-layer", "--every", 5, "--save", out, env=MPI_ENV)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "4 blocks" in p.stdout and "converged after" in p.stdout and "iteration     5" in p.stdout
+    with h5py.File(out) as f:
+        T = f["T"][...]
+    shape = (20, 18, 16)
+    spacing = tuple(1.0 / (n - 1) for n in shape)
+    speed = grid_speed(two_layer(), shape, spacing)
+    np.testing.assert_allclose(T, solve(speed, seeds_from_fractions([(0.5, 0.5, 0.5)], shape), spacing),
+                               rtol=1e-12)
+
+
+@pytest.mark.mpi
+def test_simulation_command_bad_speed_is_a_clear_error(mpi):
+    p = mpi(2, "-m", "solvers.eikonal", "--shape", 8, 8, 8, "--speed", "granite", env=MPI_ENV)
+    assert p.returncode != 0
+    assert "error: speed: unknown model 'granite'" in p.stderr
