@@ -54,7 +54,7 @@ extern "C" __global__ void eikonal_sweep_f64(const double* __restrict__ T, doubl
         const double c = fmin(T[p - 1], T[p + 1]);
         const double nw = fmin(t, godunov(a, b, c, hx, hy, hz, w[p]));
         out[p] = nw;
-        if (nw < t) m = fmax(m, isinf(t) ? INFINITY : t - nw);
+        if (nw < t) m = fmax(m, isinf(t) ? t : t - nw);  // t = +inf: an infinite change
     }
     smax[threadIdx.x] = m;
     __syncthreads();
