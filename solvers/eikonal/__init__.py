@@ -138,6 +138,10 @@ class EikonalSolver:
             self._T[gid], self._w[gid], self._frozen[gid] = T, w, frozen
             self._out[gid] = T.copy()
         self._halo = HaloExchange(domain, comm, timeout=timeout)
+        # Set up the exchange now, for both buffers of the ping-pong, so that ranks that
+        # disagree fail here and the iteration loop makes no set-up transfers.
+        self._halo.exchange(self._T)
+        self._halo.exchange(self._out)
 
     def step(self) -> float:
         """One iteration: halo exchange, then `local_iters` sweeps per block.

@@ -24,8 +24,9 @@ __device__ __forceinline__ double godunov(double a, double b, double c,
     return (B + sqrt(fmax(B * B - A * C, 0.0))) / A;
 }
 
-// One Jacobi sweep over a padded block; the largest change is folded
-// into *maxchange (non-negative doubles order like their bit patterns).
+// One Jacobi sweep over a padded block; the largest change is folded into *maxchange
+// (non-negative doubles order like their bit patterns). Grid: x over k (contiguous),
+// y over j, z over i, so no index division is needed.
 extern "C" __global__ void eikonal_sweep_f64(const double* __restrict__ T, double* __restrict__ out,
                                              const double* __restrict__ w,
                                              const unsigned char* __restrict__ frozen,
@@ -33,28 +34,24 @@ extern "C" __global__ void eikonal_sweep_f64(const double* __restrict__ T, doubl
                                              const double hx, const double hy, const double hz,
                                              unsigned long long* maxchange)
 {
-    __shared__ double smax[256];
+    __shared__ double smax[256];  // blockDim.x <= 256
     const long long sx = (long long)ny * nz, sy = nz;
-    const long long total = (long long)nx * ny * nz;
+    const int k = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y, i = blockIdx.z;
     double m = 0.0;
-    for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < total;
-         p += (long long)gridDim.x * blockDim.x) {
-        const int k = (int)(p % nz);
-        const long long r = p / nz;
-        const int j = (int)(r % ny);
-        const int i = (int)(r / ny);
+    if (k < nz) {
+        const long long p = i * sx + j * sy + k;
         const double t = T[p];
         // Seeds and the one-cell border (ghosts) are copied, so the buffers can swap.
         if (frozen[p] || i == 0 || j == 0 || k == 0 || i == nx - 1 || j == ny - 1 || k == nz - 1) {
             out[p] = t;
-            continue;
+        } else {
+            const double a = fmin(T[p - sx], T[p + sx]);
+            const double b = fmin(T[p - sy], T[p + sy]);
+            const double c = fmin(T[p - 1], T[p + 1]);
+            const double nw = fmin(t, godunov(a, b, c, hx, hy, hz, w[p]));
+            out[p] = nw;
+            if (nw < t) m = isinf(t) ? t : t - nw;  // t = +inf: an infinite change
         }
-        const double a = fmin(T[p - sx], T[p + sx]);
-        const double b = fmin(T[p - sy], T[p + sy]);
-        const double c = fmin(T[p - 1], T[p + 1]);
-        const double nw = fmin(t, godunov(a, b, c, hx, hy, hz, w[p]));
-        out[p] = nw;
-        if (nw < t) m = fmax(m, isinf(t) ? t : t - nw);  // t = +inf: an infinite change
     }
     smax[threadIdx.x] = m;
     __syncthreads();
@@ -81,7 +78,9 @@ def sweep(T, out, w, frozen, hx, hy, hz, maxchange) -> None:
     import numpy as np
 
     nx, ny, nz = T.shape
-    threads = 256
-    grid = int(min(max(1, -(-(nx * ny * nz) // threads)), 65536))
-    _get_sweep_kernel()((grid,), (threads,), (T, out, w, frozen, np.int32(nx), np.int32(ny), np.int32(nz),
+    if ny > 65535 or nx > 65535:
+        raise ValueError(f"eikonal: block of shape {T.shape} exceeds the kernel's 65535 limit on axes 0 and 1")
+    threads = 256 if nz > 128 else 128
+    grid = (-(-nz // threads), ny, nx)
+    _get_sweep_kernel()(grid, (threads,), (T, out, w, frozen, np.int32(nx), np.int32(ny), np.int32(nz),
                                               np.float64(hx), np.float64(hy), np.float64(hz), maxchange))
