@@ -35,7 +35,7 @@ from insitu.halo import HaloExchange
 
 from . import speed as speed_models
 
-__all__ = ["EikonalSolver", "Iterate", "solve", "update_block", "speed_models"]
+__all__ = ["EikonalSolver", "Iterate", "seeds_from_fractions", "solve", "speed_models", "update_block"]
 
 
 def update_block(T, out, w, frozen, spacing: Sequence[float], *, iterations: int = 1):
