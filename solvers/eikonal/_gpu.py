@@ -25,7 +25,8 @@ __device__ __forceinline__ double godunov(double a, double b, double c,
 }
 
 // One Jacobi sweep over a padded block; the largest change is folded into *maxchange
-// (non-negative doubles order like their bit patterns). Threads tile the (j, k) plane
+// (non-negative doubles order like their bit patterns). 32 x 8 thread tiles cover the
+// (k, j) plane (narrow in k, so rows like 258 waste little of the last tile) and
 // and march along i over a chunk of planes, keeping T at i-1, i, i+1 in registers, so
 // each T value comes from memory once (the i-neighbours are a whole plane apart, too
 // far for the caches at large sizes); j/k neighbours are cache hits.
@@ -36,12 +37,13 @@ extern "C" __global__ void eikonal_sweep_f64(const double* __restrict__ T, doubl
                                              const double hx, const double hy, const double hz,
                                              const int chunk, unsigned long long* maxchange)
 {
-    __shared__ double smax[256];  // blockDim.x <= 256
+    __shared__ double smax[256];  // blockDim.x * blockDim.y <= 256
     const long long sx = (long long)ny * nz, sy = nz;
-    const int k = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y;
+    const int k = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;
     const int i0 = blockIdx.z * chunk, i1 = min(i0 + chunk, nx);
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x, nthreads = blockDim.x * blockDim.y;
     double m = 0.0;
-    if (k < nz && i0 < nx) {
+    if (k < nz && j < ny && i0 < nx) {
         const bool edge = (j == 0 || k == 0 || j == ny - 1 || k == nz - 1);
         long long p = i0 * sx + j * sy + k;
         double tm = i0 > 0 ? T[p - sx] : 0.0, t = T[p];
@@ -61,13 +63,13 @@ extern "C" __global__ void eikonal_sweep_f64(const double* __restrict__ T, doubl
             t = tp;
         }
     }
-    smax[threadIdx.x] = m;
+    smax[tid] = m;
     __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) smax[threadIdx.x] = fmax(smax[threadIdx.x], smax[threadIdx.x + s]);
+    for (int s = nthreads / 2; s > 0; s >>= 1) {
+        if (tid < s) smax[tid] = fmax(smax[tid], smax[tid + s]);
         __syncthreads();
     }
-    if (threadIdx.x == 0 && smax[0] > 0.0)
+    if (tid == 0 && smax[0] > 0.0)
         atomicMax(maxchange, (unsigned long long)__double_as_longlong(smax[0]));
 }
 """
@@ -86,11 +88,11 @@ def sweep(T, out, w, frozen, hx, hy, hz, maxchange) -> None:
     import numpy as np
 
     nx, ny, nz = T.shape
-    if ny > 65535 or nx > 65535:
-        raise ValueError(f"eikonal: block of shape {T.shape} exceeds the kernel's 65535 limit on axes 0 and 1")
-    threads = 256 if nz > 128 else 128
+    if ny > 8 * 65535 or nx > 32 * 65535:
+        raise ValueError(f"eikonal: block of shape {T.shape} exceeds the kernel's grid limits")
+    tile = (32, 8)  # (k, j); a power-of-two thread count for the block reduction
     chunk = 32  # planes per thread: enough threads at small sizes, long register streams at large
-    grid = (-(-nz // threads), ny, -(-nx // chunk))
-    _get_sweep_kernel()(grid, (threads,), (T, out, w, frozen, np.int32(nx), np.int32(ny), np.int32(nz),
+    grid = (-(-nz // tile[0]), -(-ny // tile[1]), -(-nx // chunk))
+    _get_sweep_kernel()(grid, tile, (T, out, w, frozen, np.int32(nx), np.int32(ny), np.int32(nz),
                                            np.float64(hx), np.float64(hy), np.float64(hz), np.int32(chunk),
                                            maxchange))
