@@ -4,10 +4,10 @@ Every block's ghost layer is filled from its neighbours in all 26 directions (fa
 edges and corners) in one round: blocks of the same rank copy directly; data for other
 ranks is packed into one flat buffer per peer and moved by the transport chosen for
 that pair (see :mod:`insitu.transports`). Both ends of a pair derive the same message
-order from the domain, so no message carries a header.
+order from the domain, so no message carries a header. Typical use::
 
->>> ex = HaloExchange(domain, comm)          # once
->>> ex.exchange({gid: block_array, ...})     # every iteration
+    ex = HaloExchange(domain, comm)          # once
+    ex.exchange({gid: block_array, ...})     # every iteration
 """
 
 from __future__ import annotations
@@ -452,7 +452,7 @@ def exchange_halos(domain: Domain, blocks: Mapping[int, Any], comm=None, **kwarg
     Convenience over :class:`HaloExchange`, which it caches per (domain, comm);
     keyword arguments go to its constructor.
     """
-    key = (domain.signature(), id(comm), tuple(sorted(kwargs.items())))
+    key = (domain.signature(), id(comm), repr(sorted(kwargs.items())))  # kwargs may hold a dict
     ex = _cache.get(key)
     if ex is None:
         ex = _cache[key] = HaloExchange(domain, comm, **kwargs)
