@@ -5,7 +5,7 @@ import pytest
 from scipy.spatial import cKDTree
 from skimage import measure
 
-from render.contour import marching_cubes
+from render.contour import label_surfaces, marching_cubes, marching_cubes_blocks
 from render.contour._tables import CORNERS, triangle_table
 
 
@@ -122,3 +122,67 @@ def test_bad_input():
         marching_cubes(bad, 0.5)
     with pytest.raises(TypeError, match="volume: expected a real numeric dtype, got complex128"):
         marching_cubes(np.zeros((4, 4, 4), complex), 0.5)
+
+
+def mesh_key(v, f, decimals=5):
+    """Order-independent description of a mesh: its set of triangles by vertex position."""
+    t = np.round(v[f].astype(np.float64), decimals)
+    t = np.sort(t.view([("", t.dtype)] * 3).reshape(len(f), 3), axis=1)
+    return sorted(map(bytes, t))
+
+
+def test_several_levels_equal_separate_calls():
+    vol = smooth_random((20, 22, 18), 3)
+    levels = [-0.05, 0.0, 0.07]
+    v, f, n = marching_cubes(vol, levels)
+    parts = [marching_cubes(vol, lev) for lev in levels]
+    assert len(v) == sum(len(p[0]) for p in parts) and len(f) == sum(len(p[1]) for p in parts)
+    vs = np.concatenate([p[0] for p in parts])
+    fs = np.concatenate([p[1] + o for p, o in zip(parts, np.cumsum([0] + [len(p[0]) for p in parts[:-1]]))])
+    assert mesh_key(v, f) == mesh_key(vs, fs)
+
+
+def test_second_field_sampled_at_vertices():
+    vol, r, h = sphere(24)
+    x = np.linspace(-1, 1, 24)
+    linear = np.broadcast_to(3 * x[:, None, None] - 2 * x[None, None, :] + 1, vol.shape)
+    v, f, n, vals = marching_cubes(vol, r, spacing=(h, h, h), origin=(-1, -1, -1), values=linear)
+    # A linear field is interpolated exactly along the edges.
+    np.testing.assert_allclose(vals, 3 * v[:, 0] - 2 * v[:, 2] + 1, atol=1e-5)
+
+
+@pytest.mark.parametrize("blocks", [(1, 1, 1), (2, 1, 1), (1, 2, 2), (2, 2, 2), (3, 2, 1)])
+@pytest.mark.parametrize("ghost", [1, 2])
+def test_blocks_merge_into_the_single_block_mesh(blocks, ghost):
+    from insitu import Domain
+
+    vol = smooth_random((25, 22, 23), 4)
+    spacing, origin = (0.1, 0.2, 0.15), (1.0, 2.0, 3.0)
+    dom = Domain.create(vol.shape, blocks=blocks, ghost=ghost, spacing=spacing, origin=origin)
+    arrs = {b.gid: dom.extract(vol, b.gid) for b in dom}
+    v, f, n, s = marching_cubes_blocks(dom, arrs, [0.0, 0.04], values={g: 2 * a for g, a in arrs.items()})
+    v1, f1, n1, s1 = marching_cubes(vol, [0.0, 0.04], spacing=spacing, origin=origin, values=2 * vol)
+    assert len(v) == len(v1) and len(f) == len(f1)  # no duplicate vertices or triangles
+    assert mesh_key(v, f) == mesh_key(v1, f1)
+    order, order1 = np.lexsort(v.T), np.lexsort(v1.T)
+    np.testing.assert_allclose(v[order], v1[order1], atol=1e-6)
+    np.testing.assert_allclose(s[order], s1[order1], atol=1e-6)
+    if ghost >= 2:  # gradients at block edges need two samples beyond
+        np.testing.assert_allclose(n[order], n1[order1], atol=1e-5)
+
+
+def test_label_surfaces_are_closed_and_separate():
+    lab = np.zeros((20, 20, 20), np.int32)
+    lab[2:8, 3:9, 4:10] = 3
+    lab[10:18, 10:19, 0:6] = 7  # touches the grid's edge
+    v, f, n, fl = label_surfaces(lab)
+    assert set(fl.tolist()) == {3, 7}
+    for i in (3, 7):
+        assert (closed_edges(f[fl == i]) == 2).all()
+    only3 = label_surfaces(lab, [3])
+    assert set(only3[3].tolist()) == {3}
+    # The box of label 3 spans 6x6x6 samples; its surface lies half a cell outside the voxel
+    # centres of its boundary samples (level 0.5 between 1 and 0) ...
+    lo, hi = v[f[fl == 3]].reshape(-1, 3).min(0), v[f[fl == 3]].reshape(-1, 3).max(0)
+    np.testing.assert_allclose(lo, [1.5, 2.5, 3.5])
+    np.testing.assert_allclose(hi, [7.5, 8.5, 9.5])

@@ -2,13 +2,17 @@
 
 One vertex per crossed grid edge, shared by the triangles that use it (an indexed
 mesh), placed by linear interpolation; normals from the field's gradient at the same
-place. Work in progress towards issue 4: multiple levels, label surfaces, block merging
-and the CuPy kernels are not here yet.
+place, pointing towards lower values; winding as scikit-image's default. Several iso
+levels in one call, a second field sampled at the vertices, boundary surfaces of
+integer labels, and blocks of a decomposed domain whose meshes merge into the
+single-block mesh (vertices welded by their global grid edge).
+
+Part of issue 4; not here yet: the CuPy kernels and writing into caller buffers.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -16,101 +20,233 @@ from insitu import arrays
 
 from ._tables import CORNERS, EDGES, triangle_table
 
-__all__ = ["marching_cubes"]
+__all__ = ["label_surfaces", "marching_cubes", "marching_cubes_blocks"]
 
 # Per local edge: the axis it runs along and the offset of its lower corner.
 _EDGE_AXIS = np.array([int(np.nonzero(CORNERS[b] - CORNERS[a])[0][0]) for a, b in EDGES])
 _EDGE_BASE = np.array([np.minimum(CORNERS[a], CORNERS[b]) for a, b in EDGES])
 
 
-def marching_cubes(volume, level: float | None = None, *, spacing: Sequence[float] = (1.0, 1.0, 1.0),
-                   origin: Sequence[float] = (0.0, 0.0, 0.0)):
-    """Isosurface of `volume` at `level`.
-
-    Parameters
-    ----------
-    volume : (X, Y, Z) array
-        Real, finite samples on a uniform grid (NumPy).
-    level : float, optional
-        Iso value; default the middle of the data range. Outside the range: an empty mesh.
-    spacing, origin : (3,) floats
-        World geometry of the grid.
-
-    Returns
-    -------
-    verts : (V, 3) float32
-        World positions, one per crossed grid edge.
-    faces : (F, 3) int32
-        Vertex indices per triangle.
-    normals : (V, 3) float32
-        Unit normals from the field gradient, pointing towards lower values.
-    """
-    vol = arrays.asarray(volume, name="volume")
+def _check_volume(volume, name: str = "volume") -> np.ndarray:
+    vol = arrays.asarray(volume, name=name)
     if vol.ndim != 3:
-        raise ValueError(f"volume: expected a 3-D array, got shape {tuple(vol.shape)}")
+        raise ValueError(f"{name}: expected a 3-D array, got shape {tuple(vol.shape)}")
     if vol.dtype.kind not in "fiu":
-        raise TypeError(f"volume: expected a real numeric dtype, got {vol.dtype}")
+        raise TypeError(f"{name}: expected a real numeric dtype, got {vol.dtype}")
     if min(vol.shape) < 2:
-        raise ValueError(f"volume: needs at least 2 samples per axis, got shape {tuple(vol.shape)}")
+        raise ValueError(f"{name}: needs at least 2 samples per axis, got shape {tuple(vol.shape)}")
     vol = arrays.to_host(vol).astype(np.float64, copy=False)
     if not np.isfinite(vol).all():
-        raise ValueError("volume: contains NaN or inf")
-    lo, hi = float(vol.min()), float(vol.max())
-    level = (lo + hi) / 2 if level is None else float(level)
-    empty = (np.zeros((0, 3), np.float32), np.zeros((0, 3), np.int32), np.zeros((0, 3), np.float32))
-    if not lo <= level <= hi:
-        return empty
+        raise ValueError(f"{name}: contains NaN or inf")
+    return vol
+
+
+def _extract(vol, level, cubes, offset, dims, values=None):
+    """Mesh of the cubes whose lower corner lies in ``cubes`` (per-axis (lo, hi) into vol).
+
+    Returns verts (grid index space, plus `offset`), faces, normals, sampled values and
+    one global key per vertex: its grid edge in a grid of `dims` samples.
+    """
     inside = vol > level
     counts, tris = triangle_table()
-
-    # One vertex per crossed edge, numbered axis by axis in C order.
-    ids, pos, grad_at = [], [], []
-    grad = np.gradient(vol)
-    nv = 0
-    for ax in range(3):
-        a = [slice(None)] * 3
-        b = [slice(None)] * 3
-        a[ax], b[ax] = slice(None, -1), slice(1, None)
-        crossed = inside[tuple(a)] != inside[tuple(b)]
-        idx = np.full(crossed.shape, -1, np.int64)
-        n = int(crossed.sum())
-        idx[crossed] = np.arange(nv, nv + n)
-        nv += n
-        ids.append(idx)
-        i, j, k = np.nonzero(crossed)
-        step = np.zeros(3, np.int64)
-        step[ax] = 1
-        va = vol[i, j, k]
-        vb = vol[i + step[0], j + step[1], k + step[2]]
-        t = (level - va) / (vb - va)
-        p = np.stack([i, j, k], axis=1).astype(np.float64)
-        p[:, ax] += t
-        pos.append(p)
-        ga = np.stack([g[i, j, k] for g in grad], axis=1)
-        gb = np.stack([g[i + step[0], j + step[1], k + step[2]] for g in grad], axis=1)
-        grad_at.append(ga + (gb - ga) * t[:, None])
-    verts = np.concatenate(pos) * np.asarray(spacing) + np.asarray(origin)
-
-    # Cases of all cubes, then their triangles through the table.
+    (a0, a1), (b0, b1), (c0, c1) = cubes
     X, Y, Z = vol.shape
-    case = np.zeros((X - 1, Y - 1, Z - 1), np.int64)
+    case = np.zeros((a1 - a0, b1 - b0, c1 - c0), np.int64)
     for c, (di, dj, dk) in enumerate(CORNERS):
-        case |= inside[di:X - 1 + di, dj:Y - 1 + dj, dk:Z - 1 + dk].astype(np.int64) << c
-    ntri = counts[case]
-    ci, cj, ck = np.nonzero(ntri)
+        case |= inside[a0 + di:a1 + di, b0 + dj:b1 + dj, c0 + dk:c1 + dk].astype(np.int64) << c
+    ci, cj, ck = np.nonzero(counts[case])
     cc = case[ci, cj, ck]
     n = counts[cc]
     rep = np.repeat(np.arange(len(cc)), n)
     t = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
-    local = tris[cc[rep], t]  # (F, 3) local edge numbers
-    faces = np.empty(local.shape, np.int64)
-    base = np.stack([ci[rep], cj[rep], ck[rep]], axis=1)
-    for ax in range(3):
-        m = _EDGE_AXIS[local] == ax
-        where = base[:, None, :] + _EDGE_BASE[local]
-        faces[m] = ids[ax][where[..., 0][m], where[..., 1][m], where[..., 2][m]]
+    local = tris[cc[rep], t]  # (F, 3) cube edge numbers
+    corner = np.stack([ci[rep] + a0, cj[rep] + b0, ck[rep] + c0], axis=1)[:, None, :] + _EDGE_BASE[local]
+    # Vertices: the distinct grid edges the triangles use, keyed globally.
+    axis = _EDGE_AXIS[local].ravel()
+    gi = corner.reshape(-1, 3) + np.asarray(offset)
+    key = ((axis * dims[0] + gi[:, 0]) * dims[1] + gi[:, 1]) * dims[2] + gi[:, 2]
+    keys, inverse = np.unique(key, return_inverse=True)
+    faces = inverse.reshape(-1, 3)
+    one = np.zeros(len(keys), np.int64)  # one use of each edge (all uses are the same edge)
+    one[inverse] = np.arange(len(inverse))
+    ax = axis[one]
+    p = corner.reshape(-1, 3)[one]
+    q = p + np.eye(3, dtype=np.int64)[ax]
+    va, vb = vol[p[:, 0], p[:, 1], p[:, 2]], vol[q[:, 0], q[:, 1], q[:, 2]]
+    tt = (level - va) / (vb - va)
+    verts = p.astype(np.float64)
+    verts[np.arange(len(ax)), ax] += tt
+    grad = np.gradient(vol)
+    ga = np.stack([g[p[:, 0], p[:, 1], p[:, 2]] for g in grad], axis=1)
+    gb = np.stack([g[q[:, 0], q[:, 1], q[:, 2]] for g in grad], axis=1)
+    g = ga + (gb - ga) * tt[:, None]
+    sampled = None
+    if values is not None:
+        sa, sb = values[p[:, 0], p[:, 1], p[:, 2]], values[q[:, 0], q[:, 1], q[:, 2]]
+        sampled = sa + (sb - sa) * tt
+    return verts + np.asarray(offset), faces, g, sampled, keys
 
-    g = np.concatenate(grad_at) / np.asarray(spacing)
+
+def _finish(parts, spacing, origin, want_values):
+    """Concatenate per-level/per-block parts, weld by key, scale to world coordinates."""
+    empty = (np.zeros((0, 3), np.float32), np.zeros((0, 3), np.int32), np.zeros((0, 3), np.float32))
+    if want_values:
+        empty += (np.zeros(0, np.float32),)
+    parts = [x for x in parts if len(x[1])]
+    if not parts:
+        return empty
+    keys = np.concatenate([x[4] for x in parts])
+    uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    offs = np.cumsum([0] + [len(x[4]) for x in parts[:-1]])
+    faces = np.concatenate([inverse[x[1] + o] for x, o in zip(parts, offs)])
+    verts = np.concatenate([x[0] for x in parts])[first] * np.asarray(spacing) + np.asarray(origin)
+    g = np.concatenate([x[2] for x in parts])[first] / np.asarray(spacing)
     norm = np.linalg.norm(g, axis=1, keepdims=True)
     normals = -g / np.where(norm > 0, norm, 1.0)
-    return verts.astype(np.float32), faces.astype(np.int32), normals.astype(np.float32)
+    out = (verts.astype(np.float32), faces.astype(np.int32), normals.astype(np.float32))
+    if want_values:
+        out += (np.concatenate([x[3] for x in parts])[first].astype(np.float32),)
+    return out
+
+
+def _levels(level, vol) -> list[float]:
+    if level is None:
+        return [(float(vol.min()) + float(vol.max())) / 2]
+    levels = [float(v) for v in np.atleast_1d(level)]
+    if not all(np.isfinite(levels)):
+        raise ValueError(f"level: must be finite, got {level}")
+    return levels
+
+
+def marching_cubes(volume, level: float | Sequence[float] | None = None, *,
+                   spacing: Sequence[float] = (1.0, 1.0, 1.0), origin: Sequence[float] = (0.0, 0.0, 0.0),
+                   values=None):
+    """Isosurface(s) of `volume`.
+
+    Parameters
+    ----------
+    volume : (X, Y, Z) array
+        Real, finite samples on a uniform grid.
+    level : float or sequence of floats, optional
+        Iso value(s); default the middle of the data range. Levels outside the data
+        range contribute nothing (all outside: an empty mesh of the right dtypes).
+    spacing, origin : (3,) floats
+        World geometry of the grid.
+    values : (X, Y, Z) array, optional
+        A second field, interpolated at the vertices (to colour by).
+
+    Returns
+    -------
+    verts : (V, 3) float32
+        World positions, one per crossed grid edge and level.
+    faces : (F, 3) int32
+        Vertex indices per triangle.
+    normals : (V, 3) float32
+        Unit normals from the field gradient, pointing towards lower values.
+    vals : (V,) float32
+        Only when `values` is given: that field at the vertices.
+    """
+    vol = _check_volume(volume)
+    vals = None
+    if values is not None:
+        vals = _check_volume(values, "values")
+        if vals.shape != vol.shape:
+            raise ValueError(f"values: shape {vals.shape} differs from volume {vol.shape}")
+    lo, hi = float(vol.min()), float(vol.max())
+    cubes = [(0, n - 1) for n in vol.shape]
+    dims = (*vol.shape,)
+    parts = []
+    for n, lev in enumerate(_levels(level, vol)):
+        if lo <= lev <= hi:
+            v, f, g, s, k = _extract(vol, lev, cubes, (0, 0, 0), dims, vals)
+            parts.append((v, f, g, s, k + n * 3 * int(np.prod(dims))))  # keys distinct per level
+    return _finish(parts, spacing, origin, values is not None)
+
+
+def marching_cubes_blocks(domain, blocks: Mapping[int, object], level: float | Sequence[float], *,
+                          values: Mapping[int, object] | None = None):
+    """Isosurface of a decomposed field, one mesh merged from its blocks.
+
+    Each block contributes the cubes whose lower corner is one of its own samples, so
+    no cube is done twice; shared vertices are welded by their global grid edge, so the
+    merged mesh equals the single-block mesh. Needs ghost width >= 1 (positions and
+    faces) and >= 2 for normals equal to the single-block ones (gradients at the block
+    edge). Non-periodic domains only.
+
+    Parameters
+    ----------
+    domain : insitu.domain.Domain
+    blocks : mapping gid -> padded array
+        With ghost layers filled (after a halo exchange). Any subset of the blocks (one
+        rank's): the mesh is then that part of the surface.
+    level : float or sequence of floats
+    values : mapping gid -> padded array, optional
+
+    Returns
+    -------
+    As :func:`marching_cubes`, in world coordinates of the domain.
+    """
+    if any(domain.periodic):
+        raise ValueError("marching_cubes_blocks: periodic domains are not supported")
+    if domain.ghost < 1:
+        raise ValueError(f"marching_cubes_blocks: needs ghost width >= 1, the domain has {domain.ghost}")
+    dims, g = domain.dims, domain.ghost
+    parts = []
+    levels = [float(v) for v in np.atleast_1d(level)]
+    for gid, arr in blocks.items():
+        b = domain.block(gid)
+        vol = _check_volume(arr, f"block {gid}")
+        if vol.shape != b.padded_shape:
+            raise ValueError(f"block {gid}: shape {vol.shape}, expected {b.padded_shape}")
+        # Keep only samples inside the domain, so gradients at the domain edge are one-sided
+        # exactly as in a single-block run.
+        keep = tuple(slice(g if lo == 0 else 0, n + 2 * g - (g if hi == d else 0))
+                     for lo, hi, d, n in zip(b.lo, b.hi, dims, b.shape))
+        vol = vol[keep]
+        start = [b.lo[a] - (0 if b.lo[a] == 0 else g) for a in range(3)]  # global index of vol[0,0,0]
+        cubes = [(b.lo[a] - start[a], min(b.hi[a], dims[a] - 1) - start[a]) for a in range(3)]
+        vals = None
+        if values is not None:
+            vals = _check_volume(values[gid], f"values of block {gid}")[keep]
+        for n, lev in enumerate(levels):
+            v, f, gr, s, k = _extract(vol, lev, cubes, start, dims, vals)
+            parts.append((v, f, gr, s, k + n * 3 * int(np.prod(dims))))
+    return _finish(parts, domain.spacing, domain.origin, values is not None)
+
+
+def label_surfaces(labels, ids: Sequence[int] | None = None, *, spacing: Sequence[float] = (1.0, 1.0, 1.0),
+                   origin: Sequence[float] = (0.0, 0.0, 0.0)):
+    """Boundary surfaces of integer labels (a segmentation), one closed mesh per label.
+
+    Parameters
+    ----------
+    labels : (X, Y, Z) integer array
+    ids : sequence of int, optional
+        Labels to extract; default every label except 0 (background).
+
+    Returns
+    -------
+    verts, faces, normals
+        As :func:`marching_cubes`, all labels in one mesh, and
+    face_label : (F,) int
+        The label each triangle bounds.
+    """
+    lab = arrays.to_host(arrays.asarray(labels, name="labels"))
+    if lab.ndim != 3 or lab.dtype.kind not in "iu":
+        raise TypeError(f"labels: expected a 3-D integer array, got {lab.dtype} of shape {lab.shape}")
+    ids = sorted(set(np.unique(lab).tolist()) - {0}) if ids is None else [int(i) for i in ids]
+    verts, faces, normals, flab, nv = [], [], [], [], 0
+    for i in ids:
+        # Pad so labels touching the grid's edge still give closed surfaces.
+        ind = np.pad((lab == i).astype(np.float64), 1)
+        v, f, n = marching_cubes(ind, 0.5, spacing=spacing, origin=np.asarray(origin) - np.asarray(spacing))
+        verts.append(v)
+        faces.append(f + nv)
+        normals.append(n)
+        flab.append(np.full(len(f), i))
+        nv += len(v)
+    if not ids:
+        return (np.zeros((0, 3), np.float32), np.zeros((0, 3), np.int32), np.zeros((0, 3), np.float32),
+                np.zeros(0, np.int64))
+    return (np.concatenate(verts), np.concatenate(faces).astype(np.int32), np.concatenate(normals),
+            np.concatenate(flab))
