@@ -23,3 +23,20 @@ def test_halo_demo_matches_single_block_run_and_writes_png(mpi, tmp_path):
     assert img.shape == (24 * 8, 20 * 8, 3)
     # Block boundaries are drawn white at the split rows/columns (12 and 10, scaled by 8).
     assert (img[12 * 8 + 3, :, :] == 255).all() and (img[:, 10 * 8 + 3, :] == 255).all()
+
+
+def test_mandelbulb_example_writes_a_closed_mesh(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "bulb.npz"
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "mandelbulb.py"), "--n", "40",
+                        "--out", str(out)], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": ROOT})
+    assert p.returncode == 0, p.stdout + p.stderr
+    m = np.load(out)
+    faces = m["faces"]
+    assert len(faces) > 1000 and f"{len(faces)} faces" in p.stdout
+    # The set lies inside the box, so its isosurface is closed: every edge in two triangles.
+    e = np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1)
+    assert (np.unique(e, axis=0, return_counts=True)[1] == 2).all()
