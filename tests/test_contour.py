@@ -186,3 +186,20 @@ def test_label_surfaces_are_closed_and_separate():
     lo, hi = v[f[fl == 3]].reshape(-1, 3).min(0), v[f[fl == 3]].reshape(-1, 3).max(0)
     np.testing.assert_allclose(lo, [1.5, 2.5, 3.5])
     np.testing.assert_allclose(hi, [7.5, 8.5, 9.5])
+
+
+def test_writes_into_caller_buffers():
+    vol, r, h = sphere(20)
+    v, f, n = marching_cubes(vol, r)
+    bufs = (np.zeros((len(v) + 10, 3), np.float32), np.zeros((len(f) + 5, 3), np.int32),
+            np.zeros((len(v) + 10, 3), np.float32))
+    v2, f2, n2 = marching_cubes(vol, r, out=bufs)
+    assert np.shares_memory(v2, bufs[0]) and np.shares_memory(f2, bufs[1])
+    np.testing.assert_array_equal(v2, v)
+    np.testing.assert_array_equal(f2, f)
+    assert (bufs[1][len(f):] == 0).all()  # nothing written past the mesh
+    small = (np.zeros((3, 3), np.float32), bufs[1], bufs[2])
+    with pytest.raises(ValueError, match=rf"out verts: need float32 of shape \({len(v)}\+, 3\), got float32 \(3, 3\)"):
+        marching_cubes(vol, r, out=small)
+    with pytest.raises(ValueError, match=r"out faces: need int32"):
+        marching_cubes(vol, r, out=(bufs[0], bufs[1].astype(np.int64), bufs[2]))

@@ -120,7 +120,7 @@ def _levels(level, vol) -> list[float]:
 
 def marching_cubes(volume, level: float | Sequence[float] | None = None, *,
                    spacing: Sequence[float] = (1.0, 1.0, 1.0), origin: Sequence[float] = (0.0, 0.0, 0.0),
-                   values=None):
+                   values=None, out: Sequence | None = None):
     """Isosurface(s) of `volume`.
 
     Parameters
@@ -134,6 +134,10 @@ def marching_cubes(volume, level: float | Sequence[float] | None = None, *,
         World geometry of the grid.
     values : (X, Y, Z) array, optional
         A second field, interpolated at the vertices (to colour by).
+    out : (verts, faces, normals[, vals]) arrays, optional
+        Buffers to write the mesh into (a renderer's vertex and index buffers, say):
+        float32 (>= V, 3), int32 (>= F, 3), float32 (>= V, 3)[, float32 (>= V,)]. The
+        results are then views of their first V / F rows.
 
     Returns
     -------
@@ -160,7 +164,26 @@ def marching_cubes(volume, level: float | Sequence[float] | None = None, *,
         if lo <= lev <= hi:
             v, f, g, s, k = _extract(vol, lev, cubes, (0, 0, 0), dims, vals)
             parts.append((v, f, g, s, k + n * 3 * int(np.prod(dims))))  # keys distinct per level
-    return _finish(parts, spacing, origin, values is not None)
+    mesh = _finish(parts, spacing, origin, values is not None)
+    return mesh if out is None else _write_into(mesh, out)
+
+
+def _write_into(mesh, out):
+    names = ("verts", "faces", "normals", "vals")
+    if len(out) != len(mesh):
+        raise ValueError(f"out: expected {len(mesh)} buffers ({', '.join(names[:len(mesh)])}), got {len(out)}")
+    res = []
+    for name, m, buf in zip(names, mesh, out):
+        b = arrays.asarray(buf, name=f"out {name}")
+        if b.dtype != m.dtype or b.shape[1:] != m.shape[1:] or b.shape[0] < m.shape[0]:
+            raise ValueError(f"out {name}: need {m.dtype} of shape ({m.shape[0]}+{', ' if m.ndim > 1 else ''}"
+                             f"{', '.join(map(str, m.shape[1:]))}), got {b.dtype} {tuple(b.shape)}")
+        if arrays.is_device_array(b):
+            arrays.to_device(m, out=b[:len(m)])
+        else:
+            b[:len(m)] = m
+        res.append(b[:len(m)])
+    return tuple(res)
 
 
 def marching_cubes_blocks(domain, blocks: Mapping[int, object], level: float | Sequence[float], *,
