@@ -7,11 +7,14 @@ levels in one call, a second field sampled at the vertices, boundary surfaces of
 integer labels, and blocks of a decomposed domain whose meshes merge into the
 single-block mesh (vertices welded by their global grid edge).
 
-Part of issue 4; not here yet: the CuPy kernels and writing into caller buffers.
+The same code runs on NumPy and on CuPy arrays (then the mesh stays on the device; the
+tables go up once). Part of issue 4; still to come: fused CUDA kernels (the CuPy path
+is made of generic array operations), and Numba for the CPU path.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -27,7 +30,8 @@ _EDGE_AXIS = np.array([int(np.nonzero(CORNERS[b] - CORNERS[a])[0][0]) for a, b i
 _EDGE_BASE = np.array([np.minimum(CORNERS[a], CORNERS[b]) for a, b in EDGES])
 
 
-def _check_volume(volume, name: str = "volume") -> np.ndarray:
+def _check_volume(volume, name: str = "volume"):
+    """Validated float64 volume on its own device (NumPy or CuPy)."""
     vol = arrays.asarray(volume, name=name)
     if vol.ndim != 3:
         raise ValueError(f"{name}: expected a 3-D array, got shape {tuple(vol.shape)}")
@@ -35,83 +39,98 @@ def _check_volume(volume, name: str = "volume") -> np.ndarray:
         raise TypeError(f"{name}: expected a real numeric dtype, got {vol.dtype}")
     if min(vol.shape) < 2:
         raise ValueError(f"{name}: needs at least 2 samples per axis, got shape {tuple(vol.shape)}")
-    vol = arrays.to_host(vol).astype(np.float64, copy=False)
-    if not np.isfinite(vol).all():
+    xp = arrays.get_array_module(vol)
+    vol = vol.astype(xp.float64, copy=False)
+    if not arrays.scalar_to_host(xp.isfinite(vol).all()):
         raise ValueError(f"{name}: contains NaN or inf")
     return vol
+
+
+@functools.cache
+def _device_tables(device: int | None):
+    """The case and edge tables on `device` (None: host), uploaded once."""
+    counts, tris = triangle_table()
+    host = (counts, tris, _EDGE_AXIS, _EDGE_BASE, np.eye(3, dtype=np.int64))
+    return host if device is None else tuple(arrays.to_device(t) for t in host)
 
 
 def _extract(vol, level, cubes, offset, dims, values=None):
     """Mesh of the cubes whose lower corner lies in ``cubes`` (per-axis (lo, hi) into vol).
 
     Returns verts (grid index space, plus `offset`), faces, normals, sampled values and
-    one global key per vertex: its grid edge in a grid of `dims` samples.
+    one global key per vertex: its grid edge in a grid of `dims` samples. The same code
+    runs on NumPy and CuPy arrays: classify (cases), compact (nonzero), generate.
     """
+    xp = arrays.get_array_module(vol)
+    counts, tris, edge_axis, edge_base, eye = _device_tables(arrays.device_id(vol))
     inside = vol > level
-    counts, tris = triangle_table()
     (a0, a1), (b0, b1), (c0, c1) = cubes
-    X, Y, Z = vol.shape
-    case = np.zeros((a1 - a0, b1 - b0, c1 - c0), np.int64)
+    case = xp.zeros((a1 - a0, b1 - b0, c1 - c0), xp.int64)
     for c, (di, dj, dk) in enumerate(CORNERS):
-        case |= inside[a0 + di:a1 + di, b0 + dj:b1 + dj, c0 + dk:c1 + dk].astype(np.int64) << c
-    ci, cj, ck = np.nonzero(counts[case])
+        case |= inside[a0 + di:a1 + di, b0 + dj:b1 + dj, c0 + dk:c1 + dk].astype(xp.int64) << c
+    ci, cj, ck = xp.nonzero(counts[case])
     cc = case[ci, cj, ck]
-    n = counts[cc]
-    rep = np.repeat(np.arange(len(cc)), n)
-    t = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
-    local = tris[cc[rep], t]  # (F, 3) cube edge numbers
-    corner = np.stack([ci[rep] + a0, cj[rep] + b0, ck[rep] + c0], axis=1)[:, None, :] + _EDGE_BASE[local]
+    # Triangle slots of the active cubes: (cube, t) for t < count.
+    cube, t = xp.nonzero(xp.arange(5)[None, :] < counts[cc][:, None])
+    local = tris[cc[cube], t]  # (F, 3) cube edge numbers
+    corner = xp.stack([ci[cube] + a0, cj[cube] + b0, ck[cube] + c0], axis=1)[:, None, :] + edge_base[local]
     # Vertices: the distinct grid edges the triangles use, keyed globally.
-    axis = _EDGE_AXIS[local].ravel()
-    gi = corner.reshape(-1, 3) + np.asarray(offset)
-    key = ((axis * dims[0] + gi[:, 0]) * dims[1] + gi[:, 1]) * dims[2] + gi[:, 2]
-    keys, inverse = np.unique(key, return_inverse=True)
+    axis = edge_axis[local].ravel()
+    gi = corner.reshape(-1, 3)
+    key = ((axis * dims[0] + gi[:, 0] + offset[0]) * dims[1] + gi[:, 1] + offset[1]) * dims[2] + gi[:, 2] + offset[2]
+    keys, inverse = xp.unique(key, return_inverse=True)
+    inverse = inverse.ravel()
     faces = inverse.reshape(-1, 3)
-    one = np.zeros(len(keys), np.int64)  # one use of each edge (all uses are the same edge)
-    one[inverse] = np.arange(len(inverse))
+    one = xp.zeros(len(keys), xp.int64)  # one use of each edge (all uses are the same edge)
+    one[inverse] = xp.arange(len(inverse))
     ax = axis[one]
     p = corner.reshape(-1, 3)[one]
-    q = p + np.eye(3, dtype=np.int64)[ax]
+    q = p + eye[ax]
     va, vb = vol[p[:, 0], p[:, 1], p[:, 2]], vol[q[:, 0], q[:, 1], q[:, 2]]
     tt = (level - va) / (vb - va)
-    verts = p.astype(np.float64)
-    verts[np.arange(len(ax)), ax] += tt
-    grad = np.gradient(vol)
-    ga = np.stack([g[p[:, 0], p[:, 1], p[:, 2]] for g in grad], axis=1)
-    gb = np.stack([g[q[:, 0], q[:, 1], q[:, 2]] for g in grad], axis=1)
+    verts = p.astype(xp.float64) + eye[ax] * tt[:, None]
+    for a in range(3):
+        verts[:, a] += offset[a]
+    grad = xp.gradient(vol)
+    ga = xp.stack([g[p[:, 0], p[:, 1], p[:, 2]] for g in grad], axis=1)
+    gb = xp.stack([g[q[:, 0], q[:, 1], q[:, 2]] for g in grad], axis=1)
     g = ga + (gb - ga) * tt[:, None]
     sampled = None
     if values is not None:
         sa, sb = values[p[:, 0], p[:, 1], p[:, 2]], values[q[:, 0], q[:, 1], q[:, 2]]
         sampled = sa + (sb - sa) * tt
-    return verts + np.asarray(offset), faces, g, sampled, keys
+    return verts, faces, g, sampled, keys
 
 
-def _finish(parts, spacing, origin, want_values):
+def _finish(parts, spacing, origin, want_values, xp=np):
     """Concatenate per-level/per-block parts, weld by key, scale to world coordinates."""
-    empty = (np.zeros((0, 3), np.float32), np.zeros((0, 3), np.int32), np.zeros((0, 3), np.float32))
+    empty = (xp.zeros((0, 3), xp.float32), xp.zeros((0, 3), xp.int32), xp.zeros((0, 3), xp.float32))
     if want_values:
-        empty += (np.zeros(0, np.float32),)
+        empty += (xp.zeros(0, xp.float32),)
     parts = [x for x in parts if len(x[1])]
     if not parts:
         return empty
-    keys = np.concatenate([x[4] for x in parts])
-    uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    keys = xp.concatenate([x[4] for x in parts])
+    _, first, inverse = xp.unique(keys, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
     offs = np.cumsum([0] + [len(x[4]) for x in parts[:-1]])
-    faces = np.concatenate([inverse[x[1] + o] for x, o in zip(parts, offs)])
-    verts = np.concatenate([x[0] for x in parts])[first] * np.asarray(spacing) + np.asarray(origin)
-    g = np.concatenate([x[2] for x in parts])[first] / np.asarray(spacing)
-    norm = np.linalg.norm(g, axis=1, keepdims=True)
-    normals = -g / np.where(norm > 0, norm, 1.0)
-    out = (verts.astype(np.float32), faces.astype(np.int32), normals.astype(np.float32))
+    faces = xp.concatenate([inverse[x[1] + int(o)] for x, o in zip(parts, offs)])
+    verts = xp.concatenate([x[0] for x in parts])[first]
+    g = xp.concatenate([x[2] for x in parts])[first]
+    for a in range(3):  # per column with Python scalars: no small host->device copies
+        verts[:, a] = verts[:, a] * spacing[a] + origin[a]
+        g[:, a] = g[:, a] / spacing[a]
+    norm = xp.sqrt((g * g).sum(axis=1, keepdims=True))
+    normals = -g / xp.where(norm > 0, norm, 1.0)
+    out = (verts.astype(xp.float32), faces.astype(xp.int32), normals.astype(xp.float32))
     if want_values:
-        out += (np.concatenate([x[3] for x in parts])[first].astype(np.float32),)
+        out += (xp.concatenate([x[3] for x in parts])[first].astype(xp.float32),)
     return out
 
 
 def _levels(level, vol) -> list[float]:
     if level is None:
-        return [(float(vol.min()) + float(vol.max())) / 2]
+        return [(arrays.scalar_to_host(vol.min()) + arrays.scalar_to_host(vol.max())) / 2]
     levels = [float(v) for v in np.atleast_1d(level)]
     if not all(np.isfinite(levels)):
         raise ValueError(f"level: must be finite, got {level}")
@@ -156,7 +175,7 @@ def marching_cubes(volume, level: float | Sequence[float] | None = None, *,
         vals = _check_volume(values, "values")
         if vals.shape != vol.shape:
             raise ValueError(f"values: shape {vals.shape} differs from volume {vol.shape}")
-    lo, hi = float(vol.min()), float(vol.max())
+    lo, hi = arrays.scalar_to_host(vol.min()), arrays.scalar_to_host(vol.max())
     cubes = [(0, n - 1) for n in vol.shape]
     dims = (*vol.shape,)
     parts = []
@@ -164,7 +183,7 @@ def marching_cubes(volume, level: float | Sequence[float] | None = None, *,
         if lo <= lev <= hi:
             v, f, g, s, k = _extract(vol, lev, cubes, (0, 0, 0), dims, vals)
             parts.append((v, f, g, s, k + n * 3 * int(np.prod(dims))))  # keys distinct per level
-    mesh = _finish(parts, spacing, origin, values is not None)
+    mesh = _finish(parts, tuple(spacing), tuple(origin), values is not None, arrays.get_array_module(vol))
     return mesh if out is None else _write_into(mesh, out)
 
 
@@ -178,10 +197,12 @@ def _write_into(mesh, out):
         if b.dtype != m.dtype or b.shape[1:] != m.shape[1:] or b.shape[0] < m.shape[0]:
             raise ValueError(f"out {name}: need {m.dtype} of shape ({m.shape[0]}+{', ' if m.ndim > 1 else ''}"
                              f"{', '.join(map(str, m.shape[1:]))}), got {b.dtype} {tuple(b.shape)}")
-        if arrays.is_device_array(b):
+        if arrays.is_device_array(b) == arrays.is_device_array(m):
+            b[:len(m)] = m
+        elif arrays.is_device_array(b):
             arrays.to_device(m, out=b[:len(m)])
         else:
-            b[:len(m)] = m
+            arrays.to_host(m, out=b[:len(m)])
         res.append(b[:len(m)])
     return tuple(res)
 
@@ -234,7 +255,8 @@ def marching_cubes_blocks(domain, blocks: Mapping[int, object], level: float | S
         for n, lev in enumerate(levels):
             v, f, gr, s, k = _extract(vol, lev, cubes, start, dims, vals)
             parts.append((v, f, gr, s, k + n * 3 * int(np.prod(dims))))
-    return _finish(parts, domain.spacing, domain.origin, values is not None)
+    xp = arrays.get_array_module(next(iter(blocks.values()))) if blocks else np
+    return _finish(parts, domain.spacing, domain.origin, values is not None, xp)
 
 
 def label_surfaces(labels, ids: Sequence[int] | None = None, *, spacing: Sequence[float] = (1.0, 1.0, 1.0),
