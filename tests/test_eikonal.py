@@ -1,13 +1,11 @@
 """Eikonal solver against scikit-fmm, the analytic point source, and itself decomposed."""
 
-import os
 
 import h5py
 import numpy as np
 import pytest
 import skfmm
 
-from conftest import ROOT
 from solvers.eikonal import EikonalSolver, seeds_from_fractions, solve, update_block
 from solvers.eikonal.speed import constant, from_hdf5, random_smooth, speed_model, two_layer
 from insitu import Domain

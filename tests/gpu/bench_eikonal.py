@@ -54,7 +54,7 @@ def cpu(sizes):
         ref = time.perf_counter() - t
         rows.append((n, ours, ref, float(np.max(np.abs(T - R) / np.maximum(R, 1e-300)))))
         print(rows[-1], flush=True)
-    out = [f"### Eikonal, CPU: time to solution vs scikit-fmm (random smooth speed, centre seed)", "",
+    out = ["### Eikonal, CPU: time to solution vs scikit-fmm (random smooth speed, centre seed)", "",
            f"Device: this project's CPU machine ({os.cpu_count()} cores, Numba {numba.__version__} with "
            f"{numba.config.NUMBA_NUM_THREADS} threads); date {datetime.date.today()}; commit {commit()}; "
            f"command `python tests/gpu/bench_eikonal.py --cpu {' '.join(map(str, sizes))}`.", "",
@@ -106,7 +106,7 @@ def gpu(sizes, reps=20):
         print(rows[-1], flush=True)
         del T, out, w, frozen, a, b
         cp.get_default_memory_pool().free_all_blocks()
-    out = [f"### Eikonal, GPU: one Jacobi sweep (iteration) on one block", "",
+    out = ["### Eikonal, GPU: one Jacobi sweep (iteration) on one block", "",
            f"Device: {dev}; date {datetime.date.today()}; commit {commit()}; "
            f"command `python tests/gpu/bench_eikonal.py --gpu {' '.join(map(str, sizes))}`; "
            f"median of {reps} sweeps (CUDA events) after warm-up.", "",

@@ -1,6 +1,5 @@
 """Zero-copy acceptance of device arrays and the counted gateway, on a real GPU."""
 
-import numpy as np
 import pytest
 
 import insitu
