@@ -1,4 +1,4 @@
-"""Marching-cubes isosurfaces (CPU path: vectorized NumPy over the derived case table).
+"""Marching-cubes isosurfaces on NumPy arrays (Numba) and CuPy arrays (CUDA kernels).
 
 One vertex per crossed grid edge, shared by the triangles that use it (an indexed
 mesh), placed by linear interpolation; normals from the field's gradient at the same
@@ -7,31 +7,30 @@ levels in one call, a second field sampled at the vertices, boundary surfaces of
 integer labels, and blocks of a decomposed domain whose meshes merge into the
 single-block mesh (vertices welded by their global grid edge).
 
-The same code runs on NumPy and on CuPy arrays (then the mesh stays on the device; the
-tables go up once). Part of issue 4; still to come: fused CUDA kernels (the CuPy path
-is made of generic array operations), and Numba for the CPU path.
+Both backends run the same two passes (count per segment, scan, generate; see
+_cpu.py) and number vertices and faces alike; on the GPU the mesh is written straight
+into device arrays, a renderer's mapped buffers included, and nothing but three counts
+crosses to the host.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Mapping, Sequence
 
 import numpy as np
 
 from insitu import arrays
 
-from ._tables import CORNERS, EDGES, triangle_table
+from . import _cpu, _gpu
+from ._tables import chunk_planes, kernel_tables
 
 __all__ = ["label_surfaces", "marching_cubes", "marching_cubes_blocks"]
 
-# Per local edge: the axis it runs along and the offset of its lower corner.
-_EDGE_AXIS = np.array([int(np.nonzero(CORNERS[b] - CORNERS[a])[0][0]) for a, b in EDGES])
-_EDGE_BASE = np.array([np.minimum(CORNERS[a], CORNERS[b]) for a, b in EDGES])
+_INT32_MAX = 2**31 - 1
 
 
 def _check_volume(volume, name: str = "volume"):
-    """Validated float64 volume on its own device (NumPy or CuPy)."""
+    """Validated volume on its own device (NumPy or CuPy), in a dtype the kernels read."""
     vol = arrays.asarray(volume, name=name)
     if vol.ndim != 3:
         raise ValueError(f"{name}: expected a 3-D array, got shape {tuple(vol.shape)}")
@@ -39,98 +38,116 @@ def _check_volume(volume, name: str = "volume"):
         raise TypeError(f"{name}: expected a real numeric dtype, got {vol.dtype}")
     if min(vol.shape) < 2:
         raise ValueError(f"{name}: needs at least 2 samples per axis, got shape {tuple(vol.shape)}")
-    xp = arrays.get_array_module(vol)
-    vol = vol.astype(xp.float64, copy=False)
-    if not arrays.scalar_to_host(xp.isfinite(vol).all()):
-        raise ValueError(f"{name}: contains NaN or inf")
+    if not _gpu.supported(vol.dtype):
+        vol = vol.astype(arrays.get_array_module(vol).float64)
     return vol
 
 
-@functools.cache
-def _device_tables(device: int | None):
-    """The case and edge tables on `device` (None: host), uploaded once."""
-    counts, tris = triangle_table()
-    host = (counts, tris, _EDGE_AXIS, _EDGE_BASE, np.eye(3, dtype=np.int64))
-    return host if device is None else tuple(arrays.to_device(t) for t in host)
+def _check_values(values, shape, name: str, region=...):
+    """A second field to sample: like the volume, and finite in `region` (the part read)."""
+    vals = _check_volume(values, name)
+    if vals.shape != shape:
+        raise ValueError(f"{name}: shape {vals.shape} differs from the volume's {shape}")
+    xp = arrays.get_array_module(vals)
+    if vals.dtype.kind == "f" and not arrays.scalar_to_host(xp.isfinite(vals[region]).all()):
+        raise ValueError(f"{name}: contains NaN or inf")
+    return vals
 
 
-def _extract(vol, level, cubes, offset, dims, values=None):
-    """Mesh of the cubes whose lower corner lies in ``cubes`` (per-axis (lo, hi) into vol).
+_tables_on = {}
 
-    Returns verts (grid index space, plus `offset`), faces, normals, sampled values and
-    one global key per vertex: its grid edge in a grid of `dims` samples. The same code
-    runs on NumPy and CuPy arrays: classify (cases), compact (nonzero), generate.
+
+def _tables(device):
+    """The kernel tables on `device` (None: host), uploaded once."""
+    if device not in _tables_on:
+        host = kernel_tables()
+        _tables_on[device] = host if device is None else tuple(arrays.to_device(t) for t in host)
+    return _tables_on[device]
+
+
+def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), vals=None, dims=None, out=None,
+          name="volume"):
+    """Mesh of the point box ``lo..hi`` (inclusive) of `vol` for each level, in order.
+
+    Gradients use the samples ``ext[:3]..ext[3:]`` (default: all); `offset` is the
+    global index of ``vol[0, 0, 0]``.
+
+    Returns (verts, faces, normals, vout or None, keys or None); keys (global grid edge
+    of each vertex in a grid of `dims` samples, distinct per level) only when `dims` is
+    given. `out`: C-contiguous buffers on vol's backend, large enough (see _check_out),
+    written in place.
     """
     xp = arrays.get_array_module(vol)
-    counts, tris, edge_axis, edge_base, eye = _device_tables(arrays.device_id(vol))
-    inside = vol > level
-    (a0, a1), (b0, b1), (c0, c1) = cubes
-    case = xp.zeros((a1 - a0, b1 - b0, c1 - c0), xp.int64)
-    for c, (di, dj, dk) in enumerate(CORNERS):
-        case |= inside[a0 + di:a1 + di, b0 + dj:b1 + dj, c0 + dk:c1 + dk].astype(xp.int64) << c
-    ci, cj, ck = xp.nonzero(counts[case])
-    cc = case[ci, cj, ck]
-    # Triangle slots of the active cubes: (cube, t) for t < count.
-    cube, t = xp.nonzero(xp.arange(5)[None, :] < counts[cc][:, None])
-    local = tris[cc[cube], t]  # (F, 3) cube edge numbers
-    corner = xp.stack([ci[cube] + a0, cj[cube] + b0, ck[cube] + c0], axis=1)[:, None, :] + edge_base[local]
-    # Vertices: the distinct grid edges the triangles use, keyed globally.
-    axis = edge_axis[local].ravel()
-    gi = corner.reshape(-1, 3)
-    key = ((axis * dims[0] + gi[:, 0] + offset[0]) * dims[1] + gi[:, 1] + offset[1]) * dims[2] + gi[:, 2] + offset[2]
-    keys, inverse = xp.unique(key, return_inverse=True)
-    inverse = inverse.ravel()
-    faces = inverse.reshape(-1, 3)
-    one = xp.zeros(len(keys), xp.int64)  # one use of each edge (all uses are the same edge)
-    one[inverse] = xp.arange(len(inverse))
-    ax = axis[one]
-    p = corner.reshape(-1, 3)[one]
-    q = p + eye[ax]
-    va, vb = vol[p[:, 0], p[:, 1], p[:, 2]], vol[q[:, 0], q[:, 1], q[:, 2]]
-    tt = (level - va) / (vb - va)
-    verts = p.astype(xp.float64) + eye[ax] * tt[:, None]
-    for a in range(3):
-        verts[:, a] += offset[a]
-    grad = xp.gradient(vol)
-    ga = xp.stack([g[p[:, 0], p[:, 1], p[:, 2]] for g in grad], axis=1)
-    gb = xp.stack([g[q[:, 0], q[:, 1], q[:, 2]] for g in grad], axis=1)
-    g = ga + (gb - ga) * tt[:, None]
-    sampled = None
-    if values is not None:
-        sa, sb = values[p[:, 0], p[:, 1], p[:, 2]], values[q[:, 0], q[:, 1], q[:, 2]]
-        sampled = sa + (sb - sa) * tt
-    return verts, faces, g, sampled, keys
+    gpu = arrays.is_device_array(vol)
+    tables = _tables(arrays.device_id(vol) if gpu else None)
+    m = [h - l + 1 for l, h in zip(lo, hi)]
+    chunk = chunk_planes(m[0])
+    nseg = ((m[0] - 1) // chunk + 1) * m[1] * m[2]
+    counts = xp.zeros((2, len(levels), nseg), xp.int32)
+    lo_a, hi_a = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+    ext = np.asarray(ext if ext is not None else (0, 0, 0, *(n - 1 for n in vol.shape)), np.int64)
+    bad = xp.zeros(1, xp.uint32) if gpu else 0
+    for n, lev in enumerate(levels):
+        if gpu:
+            _gpu.count(vol, ext, lev, lo, hi, chunk, tables, counts[0, n], counts[1, n], bad)
+        else:
+            bad += _cpu.count(vol, lev, lo_a, hi_a, chunk, tables[0], counts[0, n], counts[1, n])
+    if arrays.scalar_to_host(bad[0]) if gpu else bad:
+        raise ValueError(f"{name}: contains NaN or inf")
+    flat = counts.reshape(2, -1)
+    first = xp.cumsum(flat, axis=1, dtype=xp.int64)
+    nv, nf = arrays.scalar_to_host(first[0, -1]), arrays.scalar_to_host(first[1, -1])
+    if max(nv, nf) > _INT32_MAX:
+        raise ValueError(f"{name}: the mesh has {nv} vertices and {nf} triangles, more than int32 indices hold")
+    first -= flat
+    specs = [(np.float32, (nv, 3)), (np.int32, (nf, 3)), (np.float32, (nv, 3)), (np.float32, (nv,))]
+    if out is not None:
+        _check_out(specs, out)
+        mesh = [b[:shape[0]] for (_, shape), b in zip(specs, out)]
+    else:
+        mesh = [xp.empty(shape, dt) for dt, shape in specs[:3 + (vals is not None)]]
+    mesh += [None] * (4 - len(mesh)) + [xp.empty(nv, xp.int64) if dims is not None else None]
+    geo = np.array([*spacing, *origin], np.float64)
+    kdims = np.asarray(dims if dims is not None else (1, 1, 1), np.int64)
+    per_level = 3 * int(np.prod(kdims))
+    for n, lev in enumerate(levels):
+        voff, toff = first[0, n * nseg:(n + 1) * nseg], first[1, n * nseg:(n + 1) * nseg]
+        if gpu:
+            _gpu.generate(vol, ext, lev, lo, hi, chunk, counts[0, n], counts[1, n], voff, toff, tables, geo, offset, vals, mesh[4], kdims,
+                          n * per_level, mesh[0], mesh[1], mesh[2], mesh[3])
+        else:
+            _cpu.generate(vol, ext, lev, lo_a, hi_a, chunk, counts[0, n], counts[1, n], voff, toff, *tables, geo, np.asarray(offset, np.int64),
+                          vals if vals is not None else np.zeros((1, 1, 1)), vals is not None,
+                          mesh[4] if dims is not None else np.zeros(1, np.int64), dims is not None,
+                          kdims, n * per_level, mesh[0], mesh[1], mesh[2],
+                          mesh[3] if vals is not None else np.zeros(1, np.float32))
+    return tuple(mesh)
 
 
-def _finish(parts, spacing, origin, want_values, xp=np):
-    """Concatenate per-level/per-block parts, weld by key, scale to world coordinates."""
-    empty = (xp.zeros((0, 3), xp.float32), xp.zeros((0, 3), xp.int32), xp.zeros((0, 3), xp.float32))
-    if want_values:
-        empty += (xp.zeros(0, xp.float32),)
-    parts = [x for x in parts if len(x[1])]
+def _weld(parts, want_values: bool, xp=np):
+    """One mesh from parts (verts, faces, normals, vals, keys): vertices with equal keys merged."""
     if not parts:
-        return empty
+        empty = (xp.zeros((0, 3), xp.float32), xp.zeros((0, 3), xp.int32), xp.zeros((0, 3), xp.float32))
+        return empty + ((xp.zeros(0, xp.float32),) if want_values else ())
     keys = xp.concatenate([x[4] for x in parts])
     _, first, inverse = xp.unique(keys, return_index=True, return_inverse=True)
-    inverse = inverse.ravel()
+    inverse = inverse.ravel().astype(xp.int32)
     offs = np.cumsum([0] + [len(x[4]) for x in parts[:-1]])
     faces = xp.concatenate([inverse[x[1] + int(o)] for x, o in zip(parts, offs)])
-    verts = xp.concatenate([x[0] for x in parts])[first]
-    g = xp.concatenate([x[2] for x in parts])[first]
-    for a in range(3):  # per column with Python scalars: no small host->device copies
-        verts[:, a] = verts[:, a] * spacing[a] + origin[a]
-        g[:, a] = g[:, a] / spacing[a]
-    norm = xp.sqrt((g * g).sum(axis=1, keepdims=True))
-    normals = -g / xp.where(norm > 0, norm, 1.0)
-    out = (verts.astype(xp.float32), faces.astype(xp.int32), normals.astype(xp.float32))
+    out = (xp.concatenate([x[0] for x in parts])[first], faces, xp.concatenate([x[2] for x in parts])[first])
     if want_values:
-        out += (xp.concatenate([x[3] for x in parts])[first].astype(xp.float32),)
+        out += (xp.concatenate([x[3] for x in parts])[first],)
     return out
 
 
-def _levels(level, vol) -> list[float]:
+def _levels(level, vol, name: str = "volume") -> list[float]:
+    if level is None and vol is None:
+        raise ValueError("level: required for blocks (no single data range to take the middle of)")
     if level is None:
-        return [(arrays.scalar_to_host(vol.min()) + arrays.scalar_to_host(vol.max())) / 2]
+        lo, hi = arrays.scalar_to_host(vol.min()), arrays.scalar_to_host(vol.max())
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            raise ValueError(f"{name}: contains NaN or inf")
+        return [(lo + hi) / 2]
     levels = [float(v) for v in np.atleast_1d(level)]
     if not all(np.isfinite(levels)):
         raise ValueError(f"level: must be finite, got {level}")
@@ -170,33 +187,43 @@ def marching_cubes(volume, level: float | Sequence[float] | None = None, *,
         Only when `values` is given: that field at the vertices.
     """
     vol = _check_volume(volume)
-    vals = None
-    if values is not None:
-        vals = _check_volume(values, "values")
-        if vals.shape != vol.shape:
-            raise ValueError(f"values: shape {vals.shape} differs from volume {vol.shape}")
-    lo, hi = arrays.scalar_to_host(vol.min()), arrays.scalar_to_host(vol.max())
-    cubes = [(0, n - 1) for n in vol.shape]
-    dims = (*vol.shape,)
-    parts = []
-    for n, lev in enumerate(_levels(level, vol)):
-        if lo <= lev <= hi:
-            v, f, g, s, k = _extract(vol, lev, cubes, (0, 0, 0), dims, vals)
-            parts.append((v, f, g, s, k + n * 3 * int(np.prod(dims))))  # keys distinct per level
-    mesh = _finish(parts, tuple(spacing), tuple(origin), values is not None, arrays.get_array_module(vol))
-    return mesh if out is None else _write_into(mesh, out)
+    vals = None if values is None else _check_values(values, vol.shape, "values")
+    levels = _levels(level, vol)
+    hi = [n - 1 for n in vol.shape]
+    direct = out is not None and _direct(out, vol, values is not None)
+    mesh = _mesh(vol, levels, (0, 0, 0), hi, spacing=tuple(spacing), origin=tuple(origin), vals=vals,
+                 out=out if direct else None)
+    mesh = mesh[:4] if values is not None else mesh[:3]
+    return _write_into(mesh, out) if out is not None and not direct else mesh
+
+
+_NAMES = ("verts", "faces", "normals", "vals")
+
+
+def _direct(out, vol, want_values: bool) -> bool:
+    """Whether the kernels can write into `out` (same backend as vol, C-contiguous)."""
+    if len(out) != 3 + want_values:
+        raise ValueError(f"out: expected {3 + want_values} buffers ({', '.join(_NAMES[:3 + want_values])}), "
+                         f"got {len(out)}")
+    bufs = [arrays.asarray(b, name=f"out {n}") for n, b in zip(_NAMES, out)]
+    return all(arrays.is_device_array(b) == arrays.is_device_array(vol) and b.flags.c_contiguous for b in bufs)
+
+
+def _check_out(specs, out) -> None:
+    """Raise unless each buffer holds its (dtype, shape) spec (checked once the sizes are known)."""
+    for name, (dtype, shape), buf in zip(_NAMES, specs, out):
+        b = arrays.asarray(buf, name=f"out {name}")
+        if b.dtype != dtype or b.shape[1:] != shape[1:] or b.shape[0] < shape[0]:
+            raise ValueError(f"out {name}: need {np.dtype(dtype)} of shape ({shape[0]}+"
+                             f"{''.join(f', {n}' for n in shape[1:])}), got {b.dtype} {tuple(b.shape)}")
 
 
 def _write_into(mesh, out):
-    names = ("verts", "faces", "normals", "vals")
-    if len(out) != len(mesh):
-        raise ValueError(f"out: expected {len(mesh)} buffers ({', '.join(names[:len(mesh)])}), got {len(out)}")
+    """Copy `mesh` into caller buffers of another backend or layout (counted transfers)."""
+    _check_out([(m.dtype, m.shape) for m in mesh], out)
     res = []
-    for name, m, buf in zip(names, mesh, out):
+    for name, m, buf in zip(_NAMES, mesh, out):
         b = arrays.asarray(buf, name=f"out {name}")
-        if b.dtype != m.dtype or b.shape[1:] != m.shape[1:] or b.shape[0] < m.shape[0]:
-            raise ValueError(f"out {name}: need {m.dtype} of shape ({m.shape[0]}+{', ' if m.ndim > 1 else ''}"
-                             f"{', '.join(map(str, m.shape[1:]))}), got {b.dtype} {tuple(b.shape)}")
         if arrays.is_device_array(b) == arrays.is_device_array(m):
             b[:len(m)] = m
         elif arrays.is_device_array(b):
@@ -236,27 +263,29 @@ def marching_cubes_blocks(domain, blocks: Mapping[int, object], level: float | S
         raise ValueError(f"marching_cubes_blocks: needs ghost width >= 1, the domain has {domain.ghost}")
     dims, g = domain.dims, domain.ghost
     parts = []
-    levels = [float(v) for v in np.atleast_1d(level)]
+    levels = _levels(level, None)
     for gid, arr in blocks.items():
         b = domain.block(gid)
         vol = _check_volume(arr, f"block {gid}")
         if vol.shape != b.padded_shape:
             raise ValueError(f"block {gid}: shape {vol.shape}, expected {b.padded_shape}")
-        # Keep only samples inside the domain, so gradients at the domain edge are one-sided
-        # exactly as in a single-block run.
-        keep = tuple(slice(g if lo == 0 else 0, n + 2 * g - (g if hi == d else 0))
-                     for lo, hi, d, n in zip(b.lo, b.hi, dims, b.shape))
-        vol = vol[keep]
-        start = [b.lo[a] - (0 if b.lo[a] == 0 else g) for a in range(3)]  # global index of vol[0,0,0]
-        cubes = [(b.lo[a] - start[a], min(b.hi[a], dims[a] - 1) - start[a]) for a in range(3)]
+        # Gradients use only samples inside the domain, so they are one-sided at its
+        # edge exactly as in a single-block run.
+        ext = [g if lo == 0 else 0 for lo in b.lo] + [n + 2 * g - 1 - (g if hi == d else 0)
+                                                      for hi, d, n in zip(b.hi, dims, b.shape)]
+        offset = [lo - g for lo in b.lo]  # global index of arr[0, 0, 0]
+        lo = [g] * 3
+        hi = [min(b.hi[a], dims[a] - 1) - offset[a] for a in range(3)]  # last point: first of the next block
         vals = None
         if values is not None:
-            vals = _check_volume(values[gid], f"values of block {gid}")[keep]
-        for n, lev in enumerate(levels):
-            v, f, gr, s, k = _extract(vol, lev, cubes, start, dims, vals)
-            parts.append((v, f, gr, s, k + n * 3 * int(np.prod(dims))))
+            vals = _check_values(values[gid], b.padded_shape, f"values of block {gid}",
+                                 tuple(slice(ext[a], ext[3 + a] + 1) for a in range(3)))
+        mesh = _mesh(vol, levels, lo, hi, spacing=domain.spacing, origin=domain.origin, ext=ext, offset=offset,
+                     vals=vals, dims=dims, name=f"block {gid}")
+        if len(mesh[1]):
+            parts.append(mesh)
     xp = arrays.get_array_module(next(iter(blocks.values()))) if blocks else np
-    return _finish(parts, domain.spacing, domain.origin, values is not None, xp)
+    return _weld(parts, values is not None, xp)
 
 
 def label_surfaces(labels, ids: Sequence[int] | None = None, *, spacing: Sequence[float] = (1.0, 1.0, 1.0),
@@ -276,22 +305,21 @@ def label_surfaces(labels, ids: Sequence[int] | None = None, *, spacing: Sequenc
     face_label : (F,) int
         The label each triangle bounds.
     """
-    lab = arrays.to_host(arrays.asarray(labels, name="labels"))
+    lab = arrays.asarray(labels, name="labels")
     if lab.ndim != 3 or lab.dtype.kind not in "iu":
-        raise TypeError(f"labels: expected a 3-D integer array, got {lab.dtype} of shape {lab.shape}")
-    ids = sorted(set(np.unique(lab).tolist()) - {0}) if ids is None else [int(i) for i in ids]
-    verts, faces, normals, flab, nv = [], [], [], [], 0
+        raise TypeError(f"labels: expected a 3-D integer array, got {lab.dtype} of shape {tuple(lab.shape)}")
+    xp = arrays.get_array_module(lab)
+    if ids is None:
+        ids = [int(i) for i in arrays.to_host(xp.unique(lab)) if i != 0]
+    parts = []
     for i in ids:
         # Pad so labels touching the grid's edge still give closed surfaces.
-        ind = np.pad((lab == i).astype(np.float64), 1)
+        ind = xp.pad((lab == int(i)).astype(xp.uint8), 1)
         v, f, n = marching_cubes(ind, 0.5, spacing=spacing, origin=np.asarray(origin) - np.asarray(spacing))
-        verts.append(v)
-        faces.append(f + nv)
-        normals.append(n)
-        flab.append(np.full(len(f), i))
-        nv += len(v)
-    if not ids:
-        return (np.zeros((0, 3), np.float32), np.zeros((0, 3), np.int32), np.zeros((0, 3), np.float32),
-                np.zeros(0, np.int64))
-    return (np.concatenate(verts), np.concatenate(faces).astype(np.int32), np.concatenate(normals),
-            np.concatenate(flab))
+        parts.append((v, f, n, xp.full(len(f), int(i), xp.int64)))
+    if not parts:
+        return (xp.zeros((0, 3), xp.float32), xp.zeros((0, 3), xp.int32), xp.zeros((0, 3), xp.float32),
+                xp.zeros(0, xp.int64))
+    offs = np.cumsum([0] + [len(p[0]) for p in parts[:-1]])
+    return (xp.concatenate([p[0] for p in parts]), xp.concatenate([p[1] + int(o) for p, o in zip(parts, offs)]),
+            xp.concatenate([p[2] for p in parts]), xp.concatenate([p[3] for p in parts]))

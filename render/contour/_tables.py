@@ -89,3 +89,25 @@ def triangle_table() -> tuple[np.ndarray, np.ndarray]:
                 t += 1
         counts[case] = t
     return counts, tris
+
+
+# Kernel form of the tables, shared by the Numba and CUDA paths.
+EDGE_AXIS = np.array([int(np.nonzero(CORNERS[b] - CORNERS[a])[0][0]) for a, b in EDGES], np.int64)
+EDGE_BASE = np.array([np.minimum(CORNERS[a], CORNERS[b]) for a, b in EDGES], np.int64)
+
+
+@functools.cache
+def kernel_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(ntri, tri, edge)`` as int8: triangles per case (256,), their cube edges
+    (256, 15), and per cube edge its lower corner's offset and its axis (12, 4)."""
+    counts, tris = triangle_table()
+    edge = np.concatenate([EDGE_BASE, EDGE_AXIS[:, None]], axis=1)
+    return counts.astype(np.int8), tris.reshape(256, 15).astype(np.int8), edge.astype(np.int8)
+
+
+def chunk_planes(npoints: int) -> int:
+    """Planes per segment along axis 0: at most 16 segments per row, at least 16 planes.
+
+    Both backends split rows the same way, so they number vertices and faces alike.
+    """
+    return max(16, -(-npoints // 16))

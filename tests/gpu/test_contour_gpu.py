@@ -1,11 +1,12 @@
-"""Marching cubes on CuPy arrays: equals the CPU mesh; no array transfers once the tables are up."""
+"""Marching cubes on CuPy arrays (CUDA kernels): the same mesh as the Numba path, numbered
+alike; no array transfers (only the counts come back as scalars)."""
 
 import numpy as np
 import pytest
 
 import insitu
 from insitu import Domain
-from render.contour import marching_cubes, marching_cubes_blocks
+from render.contour import label_surfaces, marching_cubes, marching_cubes_blocks
 
 cp = pytest.importorskip("cupy", reason="needs CuPy")
 
@@ -17,20 +18,37 @@ def smooth_random(shape, seed):
     return np.real(np.fft.ifftn(f * np.exp(-sum(kk ** 2 for kk in k) * 200)))
 
 
-def test_gpu_mesh_equals_cpu_mesh():
-    vol = smooth_random((40, 36, 38), 1)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gpu_mesh_equals_cpu_mesh(dtype):
+    vol = smooth_random((70, 36, 38), 1).astype(dtype)  # 70 planes: several segments along axis 0
     field = np.cos(vol * 7)
     cpu = marching_cubes(vol, [0.0, 0.05], spacing=(0.1, 0.2, 0.3), values=field)
     dvol, dfield = cp.asarray(vol), cp.asarray(field)
     marching_cubes(dvol, 0.0)  # the first call uploads the case tables
-    with insitu.no_host_transfers(allow_scalars=True):
+    with insitu.no_host_transfers(allow_scalars=True) as counted:
         gpu = marching_cubes(dvol, [0.0, 0.05], spacing=(0.1, 0.2, 0.3), values=dfield)
+    assert counted.scalar_reads <= 4  # non-finite flag, vertex and face totals, values check
     assert all(isinstance(a, cp.ndarray) for a in gpu)
     for c, g in zip(cpu, gpu):
         assert c.shape == g.shape
     np.testing.assert_array_equal(cp.asnumpy(gpu[1]), cpu[1])  # same faces, same order
     for i in (0, 2, 3):
         np.testing.assert_allclose(cp.asnumpy(gpu[i]), cpu[i], atol=1e-5)
+
+
+def test_gpu_writes_into_caller_device_buffers():
+    vol = cp.asarray(smooth_random((40, 40, 40), 3), cp.float32)
+    v, f, n = marching_cubes(vol, 0.0)
+    bufs = (cp.zeros((len(v) + 7, 3), cp.float32), cp.full((len(f) + 3, 3), -1, cp.int32),
+            cp.zeros((len(v) + 7, 3), cp.float32))
+    with insitu.no_host_transfers(allow_scalars=True):
+        v2, f2, n2 = marching_cubes(vol, 0.0, out=bufs)
+    assert v2.data.ptr == bufs[0].data.ptr and f2.data.ptr == bufs[1].data.ptr and n2.data.ptr == bufs[2].data.ptr
+    cp.testing.assert_array_equal(f2, f)
+    cp.testing.assert_array_equal(v2, v)
+    assert bool((bufs[1][len(f):] == -1).all())  # nothing written past the mesh
+    with pytest.raises(ValueError, match="out faces: need int32"):
+        marching_cubes(vol, 0.0, out=(bufs[0], cp.zeros((3, 3), cp.int32), bufs[2]))
 
 
 def test_gpu_blocks_merge_like_cpu():
@@ -40,3 +58,24 @@ def test_gpu_blocks_merge_like_cpu():
     gpu = marching_cubes_blocks(dom, {b.gid: cp.asarray(dom.extract(vol, b.gid)) for b in dom}, 0.0)
     np.testing.assert_array_equal(cp.asnumpy(gpu[1]), cpu[1])
     np.testing.assert_allclose(cp.asnumpy(gpu[0]), cpu[0], atol=1e-5)
+    np.testing.assert_allclose(cp.asnumpy(gpu[2]), cpu[2], atol=1e-5)
+
+
+def test_gpu_labels_and_binary_volumes():
+    lab = np.zeros((30, 30, 30), np.int32)
+    lab[2:10, 3:12, 4:14] = 3
+    lab[12:28, 10:29, 0:8] = 7
+    cpu = label_surfaces(lab)
+    gpu = label_surfaces(cp.asarray(lab))
+    for c, g in zip(cpu, gpu):
+        np.testing.assert_allclose(cp.asnumpy(g), c, atol=1e-6)
+    binary = (lab > 0).astype(np.uint8)  # read as uint8 by the kernels, no conversion
+    np.testing.assert_array_equal(cp.asnumpy(marching_cubes(cp.asarray(binary), 0.5)[1]),
+                                  marching_cubes(binary, 0.5)[1])
+
+
+def test_gpu_nan_is_reported():
+    vol = cp.zeros((10, 10, 10), cp.float32)
+    vol[3, 4, 5] = cp.nan
+    with pytest.raises(ValueError, match="volume: contains NaN or inf"):
+        marching_cubes(vol, 0.5)

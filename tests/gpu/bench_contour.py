@@ -1,0 +1,160 @@
+"""Benchmark: marching cubes on the Mandelbulb volume (the paper's contouring workload).
+
+    python tests/gpu/bench_contour.py --cpu 128 256          # Numba vs scikit-image, VTK
+    python tests/gpu/bench_contour.py --gpu 256 512 1024 [2048]
+
+CPU: best of 3 wall times of insitu (Numba), scikit-image's marching_cubes (lewiner and
+lorensen) and VTK's vtkFlyingEdges3D (normals on) on the same float32 volume and level.
+GPU: the whole call (two passes, scan, three scalar reads, allocation of the mesh) timed
+with CUDA events after warm-up, median of 5; set against a device-to-device copy of the
+volume in the same run (one read of the volume at copy bandwidth = half that copy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+
+LEVEL = 11.0  # iterations - 1: the usual Mandelbulb surface
+
+
+def commit() -> str:
+    return (subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.strip() or os.environ.get("INSITU_COMMIT", "unknown"))
+
+
+def best_of(f, reps=3):
+    best, res = float("inf"), None
+    for _ in range(reps):
+        t = time.perf_counter()
+        res = f()
+        best = min(best, time.perf_counter() - t)
+    return best, res
+
+
+def vtk_flying_edges(vol, level):
+    import vtk
+    from vtk.util import numpy_support
+
+    img = vtk.vtkImageData()
+    img.SetDimensions(*vol.shape[::-1])  # VTK's x is the fastest axis: our last
+    img.GetPointData().SetScalars(numpy_support.numpy_to_vtk(vol.ravel(), deep=False))
+    fe = vtk.vtkFlyingEdges3D()
+    fe.SetInputData(img)
+    fe.SetValue(0, level)
+    fe.ComputeNormalsOn()
+    fe.ComputeScalarsOff()
+
+    def run():
+        fe.Modified()
+        fe.Update()
+        return fe.GetOutput().GetNumberOfPolys()
+    return run
+
+
+def cpu(sizes):
+    import numba
+    import skimage
+    import vtk
+    from mandelbulb import mandelbulb
+    from skimage import measure
+
+    from render.contour import marching_cubes
+
+    rows = []
+    for n in sizes:
+        vol = mandelbulb(n)
+        marching_cubes(vol[:8, :8, :8], LEVEL)  # compile
+        ours, (v, f, _) = best_of(lambda: marching_cubes(vol, LEVEL))
+        lew, _ = best_of(lambda: measure.marching_cubes(vol, LEVEL))
+        lor, (sv, _, _, _) = best_of(lambda: measure.marching_cubes(vol, LEVEL, method="lorensen"))
+        fe, nfe = best_of(vtk_flying_edges(vol, LEVEL))
+        assert len(v) == len(sv), (len(v), len(sv))  # lewiner adds vertices inside some cubes
+        rows.append((n, len(f), ours, lew, lor, fe, nfe))
+        print(rows[-1], flush=True)
+    out = ["### Marching cubes, CPU: Mandelbulb volume, float32, level 11", "",
+           f"Device: this project's CPU machine ({os.cpu_count()} cores; Numba {numba.__version__} with "
+           f"{numba.config.NUMBA_NUM_THREADS} threads; scikit-image {skimage.__version__}; VTK "
+           f"{vtk.vtkVersion.GetVTKVersion()}); date {datetime.date.today()}; commit {commit()}; "
+           f"command `python tests/gpu/bench_contour.py --cpu {' '.join(map(str, sizes))}`. Best of 3.", "",
+           "| grid | triangles | insitu (Numba), ms | skimage lewiner, ms | skimage lorensen, ms | "
+           "VTK FlyingEdges3D, ms | insitu Mvoxels/s | insitu Mtriangles/s | speed-up vs lewiner |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    out += [f"| {n}^3 | {nf} | {a * 1e3:.1f} | {b * 1e3:.1f} | {c * 1e3:.1f} | {d * 1e3:.1f} | "
+            f"{n ** 3 / a / 1e6:.0f} | {nf / a / 1e6:.1f} | {b / a:.1f}x |" for n, nf, a, b, c, d, _ in rows]
+    return "\n".join(out) + "\n"
+
+
+def gpu(sizes, reps=5):
+    import cupy as cp
+    from mandelbulb import mandelbulb
+
+    from render.contour import marching_cubes
+
+    dev = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    rows = []
+    for n in sizes:
+        vol = mandelbulb(n, xp=cp)
+        scratch = cp.empty_like(vol)
+        marching_cubes(vol[:40, :40, :40], LEVEL)  # compile
+        times, copies = [], []
+        for _ in range(reps + 1):
+            a, b = cp.cuda.Event(), cp.cuda.Event()
+            a.record()
+            cp.copyto(scratch, vol)
+            b.record()
+            b.synchronize()
+            copies.append(cp.cuda.get_elapsed_time(a, b) * 1e-3)
+            a.record()
+            v, f, nrm = marching_cubes(vol, LEVEL)
+            b.record()
+            b.synchronize()
+            times.append(cp.cuda.get_elapsed_time(a, b) * 1e-3)
+            del v, nrm
+            nf = len(f)
+            del f
+        t, tc = float(np.median(times[1:])), float(np.median(copies[1:]))
+        bw = 2 * vol.nbytes / tc
+        rows.append((n, nf, t, tc, bw, t / (tc / 2)))
+        print(rows[-1], flush=True)
+        del vol, scratch
+        cp.get_default_memory_pool().free_all_blocks()
+    out = ["### Marching cubes, GPU: Mandelbulb volume, float32, level 11", "",
+           f"Device: {dev}; date {datetime.date.today()}; commit {commit()}; command "
+           f"`python tests/gpu/bench_contour.py --gpu {' '.join(map(str, sizes))}`. Median of {reps}, CUDA events "
+           "around the whole call; copy = device-to-device copy of the volume in the same run.", "",
+           "| grid | triangles | marching cubes, ms | Gvoxels/s | Mtriangles/s | volume copy, ms (GB/s) | "
+           "time / one read at copy bandwidth (target <= 5) |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    out += [f"| {n}^3 | {nf} | {t * 1e3:.2f} | {n ** 3 / t / 1e9:.1f} | {nf / t / 1e6:.0f} | "
+            f"{tc * 1e3:.2f} ({bw / 1e9:.0f}) | {r:.1f} |" for n, nf, t, tc, bw, r in rows]
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cpu", type=int, nargs="*", default=[])
+    ap.add_argument("--gpu", type=int, nargs="*", default=[])
+    ap.add_argument("--md", help="append the tables to this Markdown file")
+    args = ap.parse_args(argv)
+    text = (cpu(args.cpu) if args.cpu else "") + ("\n" if args.cpu and args.gpu else "") + \
+        (gpu(args.gpu) if args.gpu else "")
+    print(text)
+    if args.md:
+        with open(args.md, "a") as fh:
+            fh.write("\n" + text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
