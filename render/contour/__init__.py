@@ -57,7 +57,7 @@ def _check_values(values, shape, name: str, region=...):
 _tables_on = {}
 
 
-def _tables(device):
+def _device_tables(device):
     """The kernel tables on `device` (None: host), uploaded once."""
     if device not in _tables_on:
         host = kernel_tables()
@@ -79,12 +79,14 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     """
     xp = arrays.get_array_module(vol)
     gpu = arrays.is_device_array(vol)
-    tables = _tables(arrays.device_id(vol) if gpu else None)
+    tables = _device_tables(arrays.device_id(vol) if gpu else None)
     m = [h - l + 1 for l, h in zip(lo, hi)]
     chunk = chunk_planes(m[0])
     nseg = ((m[0] - 1) // chunk + 1) * m[1] * m[2]
-    counts = xp.zeros((2, len(levels), nseg), xp.int32)
+    counts = xp.empty((2, len(levels), nseg), xp.int32)  # pass 1 writes every segment
     lo_a, hi_a = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+    if gpu and vals is not None and vals.dtype != xp.float64:
+        vals = vals.astype(xp.float64)  # the CUDA kernel samples float64
     ext = np.asarray(ext if ext is not None else (0, 0, 0, *(n - 1 for n in vol.shape)), np.int64)
     bad = xp.zeros(1, xp.uint32) if gpu else 0
     for n, lev in enumerate(levels):
@@ -95,11 +97,11 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     if arrays.scalar_to_host(bad[0]) if gpu else bad:
         raise ValueError(f"{name}: contains NaN or inf")
     flat = counts.reshape(2, -1)
-    first = xp.cumsum(flat, axis=1, dtype=xp.int64)
-    nv, nf = arrays.scalar_to_host(first[0, -1]), arrays.scalar_to_host(first[1, -1])
+    vincl, tincl = xp.cumsum(flat[0], dtype=xp.int64), xp.cumsum(flat[1], dtype=xp.int64)  # 1-D: CUB
+    vend = [arrays.scalar_to_host(vincl[(n + 1) * nseg - 1]) for n in range(len(levels))]
+    nv, nf = vend[-1], arrays.scalar_to_host(tincl[-1])
     if max(nv, nf) > _INT32_MAX:
         raise ValueError(f"{name}: the mesh has {nv} vertices and {nf} triangles, more than int32 indices hold")
-    first -= flat
     specs = [(np.float32, (nv, 3)), (np.int32, (nf, 3)), (np.float32, (nv, 3)), (np.float32, (nv,))]
     if out is not None:
         _check_out(specs, out)
@@ -110,13 +112,17 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     geo = np.array([*spacing, *origin], np.float64)
     kdims = np.asarray(dims if dims is not None else (1, 1, 1), np.int64)
     per_level = 3 * int(np.prod(kdims))
+    vedge = xp.empty(nv, xp.int64) if gpu else None
     for n, lev in enumerate(levels):
-        voff, toff = first[0, n * nseg:(n + 1) * nseg], first[1, n * nseg:(n + 1) * nseg]
+        at = slice(n * nseg, (n + 1) * nseg)
         if gpu:
-            _gpu.generate(vol, ext, lev, lo, hi, chunk, counts[0, n], counts[1, n], voff, toff, tables, geo, offset, vals, mesh[4], kdims,
-                          n * per_level, mesh[0], mesh[1], mesh[2], mesh[3])
+            vstart = vend[n - 1] if n else 0
+            _gpu.generate(vol, ext, lev, lo, hi, chunk, counts[0, n], counts[1, n], vincl[at], tincl[at], vstart,
+                          vend[n] - vstart, tables, geo, offset, vals, mesh[4], kdims, n * per_level, *mesh[:4],
+                          vedge)
         else:
-            _cpu.generate(vol, ext, lev, lo_a, hi_a, chunk, counts[0, n], counts[1, n], voff, toff, *tables, geo, np.asarray(offset, np.int64),
+            _cpu.generate(vol, ext, lev, lo_a, hi_a, chunk, counts[0, n], counts[1, n], vincl[at], tincl[at],
+                          *tables, geo, np.asarray(offset, np.int64),
                           vals if vals is not None else np.zeros((1, 1, 1)), vals is not None,
                           mesh[4] if dims is not None else np.zeros(1, np.int64), dims is not None,
                           kdims, n * per_level, mesh[0], mesh[1], mesh[2],

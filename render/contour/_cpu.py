@@ -151,12 +151,12 @@ def _vertex(vol, ext, level, i, j, k, a, n, geo, offset, vals, has_vals, keys, h
 
 
 @numba.njit(parallel=True, cache=True)
-def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, voff, toff, ntri, tri, edge, geo, offset,
+def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, vincl, tincl, ntri, tri, edge, geo, offset,
              vals, has_vals, keys, has_keys, dims, keybase, verts, faces, normals, vout):
     """Pass 2: write vertices, faces, normals (and sampled values, global edge keys).
 
-    `nvert`/`ntri_seg`: pass 1's counts (segments with none are skipped); `voff`/`toff`:
-    first vertex / face of each segment. `ext`: the samples gradients use (lo then hi,
+    `nvert`/`ntri_seg`: pass 1's counts (segments with none are skipped); `vincl`/`tincl`:
+    their inclusive scans (a segment's first vertex is ``vincl - nvert``). `ext`: the samples gradients use (lo then hi,
     inclusive); `geo`: spacing then origin.
     """
     c0, c1, c2 = _C0, _C1, _C2
@@ -192,12 +192,13 @@ def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, voff, toff, ntri, 
             for r in range(4):
                 dj, dk = r >> 1, r & 1
                 if j + dj <= hi[1] and k + dk <= hi[2]:
-                    cnt[r, r2] = voff[(c * m1 + r1 + dj) * m2 + r2 + dk]
+                    x = (c * m1 + r1 + dj) * m2 + r2 + dk
+                    cnt[r, r2] = vincl[x] - nvert[x]
             P[r2] = _mask(vol, i0, j, k, hi[1], hi[2], level, 3)
             Pn[r2] = _mask(vol, i0 + 1, j, k, hi[1], hi[2], level, 3) if i0 < hi[0] else 0
             for r in range(4):
                 B[r, r2] = _cross(P[r2], Pn[r2], r >> 1, r & 1, i0 < hi[0], j, k, hi[1], hi[2])
-            t[r2] = toff[seg0 + r2]
+            t[r2] = tincl[seg0 + r2] - ntri_seg[seg0 + r2]
         for i in range(i0, i1 + 1):
             for r2 in range(m2):
                 if nvert[seg0 + r2] == 0 and ntri_seg[seg0 + r2] == 0:
@@ -227,7 +228,8 @@ def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, voff, toff, ntri, 
                                 v = cnt[r, r2] + _popc(br & ((1 << a) - 1))
                             else:
                                 if i == i1:  # the next plane starts the next segment
-                                    base = voff[((c + 1) * m1 + r1 + edge[le, 1]) * m2 + r2 + edge[le, 2]]
+                                    x = ((c + 1) * m1 + r1 + edge[le, 1]) * m2 + r2 + edge[le, 2]
+                                    base = vincl[x] - nvert[x]
                                 else:
                                     base = cnt[r, r2] + _popc(br)
                                 v = base + _popc(B[r, r2] & ((1 << a) - 1))

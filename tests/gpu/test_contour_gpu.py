@@ -27,7 +27,7 @@ def test_gpu_mesh_equals_cpu_mesh(dtype):
     marching_cubes(dvol, 0.0)  # the first call uploads the case tables
     with insitu.no_host_transfers(allow_scalars=True) as counted:
         gpu = marching_cubes(dvol, [0.0, 0.05], spacing=(0.1, 0.2, 0.3), values=dfield)
-    assert counted.scalar_reads <= 4  # non-finite flag, vertex and face totals, values check
+    assert counted.scalar_reads <= 5  # non-finite flag, vertices per level, faces, values check
     assert all(isinstance(a, cp.ndarray) for a in gpu)
     for c, g in zip(cpu, gpu):
         assert c.shape == g.shape
@@ -79,3 +79,16 @@ def test_gpu_nan_is_reported():
     vol[3, 4, 5] = cp.nan
     with pytest.raises(ValueError, match="volume: contains NaN or inf"):
         marching_cubes(vol, 0.5)
+
+
+@pytest.mark.parametrize("level", [0.1, 0.25, 0.3])
+def test_gpu_float32_samples_at_the_level_classify_like_cpu(level):
+    # Samples equal to float32(level): above a level that float32 rounds up, not above one it
+    # represents exactly. The kernels compare floats against a float threshold.
+    rng = np.random.default_rng(7)
+    vol = rng.choice(np.array([0.0, level, 0.5], np.float32), size=(33, 35, 37))
+    cpu = marching_cubes(vol, level)
+    gpu = marching_cubes(cp.asarray(vol), level)
+    assert len(cpu[1]) > 0
+    np.testing.assert_array_equal(cp.asnumpy(gpu[1]), cpu[1])
+    np.testing.assert_allclose(cp.asnumpy(gpu[0]), cpu[0], atol=1e-5)
