@@ -51,27 +51,18 @@ template <>
 __device__ __forceinline__ bool above<float>(float x, double, float levelf) { return x > levelf; }
 
 // Inside bits of the plane's points (j + dj, k + dk), dj, dk < R, that `ok` selects; p
-// points at (i, j, k). A warp holds 32 consecutive k of one j: each lane loads its own
-// column and gets its k + 1, k + 2 neighbours from the others by ballot; only the
-// lanes at the warp's end load those themselves.
+// points at (i, j, k). Neighbouring threads load the same samples: cache hits.
 template <typename T, int R>
-__device__ __forceinline__ unsigned warp_mask(const T* p, long long s1, long long s2, unsigned ok, double level,
-                                              float levelf, int lane) {
+__device__ __forceinline__ unsigned plane_mask(const T* p, long long s1, long long s2, unsigned ok, double level,
+                                               float levelf) {
     unsigned m = 0;
     #pragma unroll
-    for (int dj = 0; dj < R; ++dj) {
-        const bool in = ((ok >> (3 * dj)) & 1u) && above(p[dj * s1], level, levelf);
-        const unsigned bits = __ballot_sync(0xffffffffu, in);
-        if (in) m |= 1u << (3 * dj);
+    for (int dj = 0; dj < R; ++dj)
         #pragma unroll
-        for (int dk = 1; dk < R; ++dk) {
+        for (int dk = 0; dk < R; ++dk) {
             const int bit = 3 * dj + dk;
-            if (dj + dk >= 4 || !((ok >> bit) & 1u)) continue;
-            const bool nb = lane + dk < 32 ? ((bits >> (lane + dk)) & 1u) != 0
-                                           : above(p[dj * s1 + dk * s2], level, levelf);
-            if (nb) m |= 1u << bit;
+            if (dj + dk < 4 && ((ok >> bit) & 1u) && above(p[dj * s1 + dk * s2], level, levelf)) m |= 1u << bit;
         }
-    }
     return m;
 }
 
@@ -96,14 +87,10 @@ __device__ __forceinline__ int cube_case(unsigned P, unsigned Pn) {
     return c;
 }
 
-// One warp per (chunk, j): its lanes are 32 consecutive k (blockDim.x == 32); lanes past
-// the box take part in the ballots with nothing inside (`mine` false).
 #define SEGMENT                                                                         \
     const int m1 = b.hi1 - b.lo1 + 1, m2 = b.hi2 - b.lo2 + 1;                           \
-    const int lane = threadIdx.x;                                                       \
-    const int r2 = blockIdx.x * 32 + lane, r1 = blockIdx.y * blockDim.y + threadIdx.y;  \
-    if (r1 >= m1) return;                                                               \
-    const bool inbox = r2 < m2;                                                         \
+    const int r2 = blockIdx.x * blockDim.x + threadIdx.x, r1 = blockIdx.y * blockDim.y + threadIdx.y; \
+    if (r1 >= m1 || r2 >= m2) return;                                                   \
     const int c = blockIdx.z, j = b.lo1 + r1, k = b.lo2 + r2;                           \
     const int i0 = b.lo0 + c * b.chunk, i1 = min(i0 + b.chunk - 1, b.hi0);              \
     const long long seg = ((long long)c * m1 + r1) * m2 + r2;
@@ -113,23 +100,22 @@ __global__ void __launch_bounds__(256) mc_count(const T* __restrict__ v, const V
         const double level, const float levelf, const signed char* __restrict__ ntri, int* nvert_out,
         int* ntri_out, unsigned int* bad) {
     SEGMENT
-    const unsigned ok = inbox ? box_ok(j, k, b) & 0x1Bu : 0u;  // (0,0) (0,1) (1,0) (1,1)
+    const unsigned ok = box_ok(j, k, b) & 0x1Bu;  // (0,0) (0,1) (1,0) (1,1)
     const bool cube = j < b.hi1 && k < b.hi2;
     const T* p = v + i0 * g.s0 + j * g.s1 + k * g.s2;
     int nv = 0, nt = 0;
     bool finite = true;
-    unsigned P = warp_mask<T, 2>(p, g.s1, g.s2, ok, level, levelf, lane);
+    unsigned P = plane_mask<T, 2>(p, g.s1, g.s2, ok, level, levelf);
     for (int i = i0; i <= i1; ++i, p += g.s0) {
-        if (inbox) finite &= isfinite((double)p[0]);
+        finite &= isfinite((double)p[0]);
         const bool xok = i < b.hi0;
-        const unsigned Pn = xok ? warp_mask<T, 2>(p + g.s0, g.s1, g.s2, ok, level, levelf, lane) : 0u;
+        const unsigned Pn = xok ? plane_mask<T, 2>(p + g.s0, g.s1, g.s2, ok, level, levelf) : 0u;
         if (P != Pn || (P != 0u && P != ok)) {  // else all of them on one side: nothing crossed
             nv += __popc(cross(P, Pn, 0, 0, xok, ok));
             if (xok && cube) nt += ntri[cube_case(P, Pn)];
         }
         P = Pn;
     }
-    if (!inbox) return;
     nvert_out[seg] = nv;
     ntri_out[seg] = nt;
     if (!finite) atomicAdd(bad, 1u);
@@ -149,31 +135,30 @@ __global__ void __launch_bounds__(256) mc_walk(const T* __restrict__ v, const Vo
         const signed char* __restrict__ ntri, const signed char* __restrict__ tri,
         const signed char* __restrict__ edge, int* __restrict__ faces, long long* __restrict__ vedge) {
     SEGMENT
-    const bool mine = inbox && (nvert[seg] != 0 || ntri_seg[seg] != 0);
-    if (!__any_sync(0xffffffffu, mine)) return;  // the others still load for the ballots
-    const unsigned ok = inbox ? box_ok(j, k, b) : 0u;
-    const bool cube = mine && j < b.hi1 && k < b.hi2;
+    if (nvert[seg] == 0 && ntri_seg[seg] == 0) return;
+    const unsigned ok = box_ok(j, k, b);
+    const bool cube = j < b.hi1 && k < b.hi2;
     long long cnt[4];
     int B[4], Bn[4];
     #pragma unroll
     for (int r = 0; r < 4; ++r) {
         const long long s = seg + (r >> 1) * m2 + (r & 1);
-        cnt[r] = mine && ((ok >> (3 * (r >> 1) + (r & 1))) & 1u) ? vincl[s] - nvert[s] : 0;
+        cnt[r] = ((ok >> (3 * (r >> 1) + (r & 1))) & 1u) ? vincl[s] - nvert[s] : 0;
     }
     const T* p = v + i0 * g.s0 + j * g.s1 + k * g.s2;
-    unsigned P = warp_mask<T, 3>(p, g.s1, g.s2, ok, level, levelf, lane);
-    unsigned Pn = i0 < b.hi0 ? warp_mask<T, 3>(p + g.s0, g.s1, g.s2, ok, level, levelf, lane) : 0u;
+    unsigned P = plane_mask<T, 3>(p, g.s1, g.s2, ok, level, levelf);
+    unsigned Pn = i0 < b.hi0 ? plane_mask<T, 3>(p + g.s0, g.s1, g.s2, ok, level, levelf) : 0u;
     #pragma unroll
     for (int r = 0; r < 4; ++r) B[r] = cross(P, Pn, r >> 1, r & 1, i0 < b.hi0, ok);
-    long long t = mine ? tincl[seg] - ntri_seg[seg] : 0;
+    long long t = tincl[seg] - ntri_seg[seg];
     for (int i = i0; i <= i1; ++i, p += g.s0) {
         long long n = cnt[0];
         #pragma unroll
         for (int a = 0; a < 3; ++a)
-            if (mine && ((B[0] >> a) & 1)) vedge[n++] = pack(i, j, k, a);
+            if ((B[0] >> a) & 1) vedge[n++] = pack(i, j, k, a);
         if (i < b.hi0) {
             const bool xok = i + 1 < b.hi0;
-            const unsigned Pnn = xok ? warp_mask<T, 3>(p + 2 * g.s0, g.s1, g.s2, ok, level, levelf, lane) : 0u;
+            const unsigned Pnn = xok ? plane_mask<T, 3>(p + 2 * g.s0, g.s1, g.s2, ok, level, levelf) : 0u;
             #pragma unroll
             for (int r = 0; r < 4; ++r) Bn[r] = cross(Pn, Pnn, r >> 1, r & 1, xok, ok);
             if (cube) {
