@@ -29,8 +29,9 @@ LEVEL = 11.0  # iterations - 1: the usual Mandelbulb surface
 
 
 def commit() -> str:
-    return (subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip() or os.environ.get("INSITU_COMMIT", "unknown"))
+    # The device machine gets a copy of the tree whose git metadata may be stale: the caller names it.
+    return os.environ.get("INSITU_COMMIT") or (subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip() or "unknown")
 
 
 def best_of(f, reps=3):

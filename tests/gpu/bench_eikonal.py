@@ -25,8 +25,9 @@ sys.path.insert(0, ROOT)
 
 
 def commit() -> str:
-    return (subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip() or os.environ.get("INSITU_COMMIT", "unknown"))
+    # The device machine gets a copy of the tree whose git metadata may be stale: the caller names it.
+    return os.environ.get("INSITU_COMMIT") or (subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip() or "unknown")
 
 
 def cpu(sizes):

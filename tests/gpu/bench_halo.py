@@ -166,8 +166,8 @@ def driver(args) -> None:
         r["label"] = label
         rows.append(r)
         print(label, r, flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip() or os.environ.get("INSITU_COMMIT", "unknown")
+    commit = os.environ.get("INSITU_COMMIT") or (subprocess.run(  # the device's git metadata may be stale
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip() or "unknown")
     dev = rows[0]["device"] if rows else "?"
     out = [
         f"### Halo exchange, {args.n}^3 float32 in {np.prod(args.blocks)} blocks "
