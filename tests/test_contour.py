@@ -203,3 +203,34 @@ def test_writes_into_caller_buffers():
         marching_cubes(vol, r, out=small)
     with pytest.raises(ValueError, match=r"out faces: need int32"):
         marching_cubes(vol, r, out=(bufs[0], bufs[1].astype(np.int64), bufs[2]))
+
+
+def test_strided_and_integer_volumes_read_as_they_are():
+    vol = smooth_random((40, 30, 34), 6)
+    ref = marching_cubes(vol[::2, :, 1::2].copy(), 0.0)
+    got = marching_cubes(vol[::2, :, 1::2], 0.0)  # a view: no copy needed
+    np.testing.assert_array_equal(got[1], ref[1])
+    np.testing.assert_allclose(got[0], ref[0])
+    q = np.clip((vol - vol.min()) / np.ptp(vol) * 255, 0, 255).astype(np.uint8)
+    a, b = marching_cubes(q, 100.5), marching_cubes(q.astype(np.float64), 100.5)
+    np.testing.assert_array_equal(a[1], b[1])
+    np.testing.assert_allclose(a[0], b[0], atol=1e-6)
+
+
+def test_non_finite_values_field_and_outer_ghosts():
+    from insitu import Domain
+
+    vol = smooth_random((20, 20, 20), 8)
+    bad = vol.copy()
+    bad[3, 3, 3] = np.inf
+    with pytest.raises(ValueError, match="values: contains NaN or inf"):
+        marching_cubes(vol, 0.0, values=bad)
+    with pytest.raises(ValueError, match="level: must be finite"):
+        marching_cubes(vol, np.nan)
+    # Ghost layers outside the domain are never read: NaN there is not an error.
+    dom = Domain.create(vol.shape, blocks=(2, 1, 1), ghost=1)
+    arrs = {b.gid: dom.extract(vol, b.gid) for b in dom}
+    for a in arrs.values():
+        a[:, 0, :] = np.nan  # axis 1 has no neighbour: all outer ghosts
+    v, f, _ = marching_cubes_blocks(dom, arrs, 0.0)
+    assert mesh_key(v, f) == mesh_key(*marching_cubes(vol, 0.0)[:2])
