@@ -1,0 +1,176 @@
+"""Headless OpenGL contexts through EGL.
+
+On NVIDIA the EGL device platform, on the EGL device that drives the current CUDA
+device (so CUDA-GL interop shares one GPU); without a GPU Mesa's surfaceless platform
+(llvmpipe). ``INSITU_EGL_PLATFORM=device|surfaceless|default`` overrides the choice.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+# PyOpenGL picks its platform at first import: EGL, whatever the desktop is.
+os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
+
+__all__ = ["GLContext", "GLUnavailableError", "get_context"]
+
+_PLATFORM_DEVICE = 0x313F
+_PLATFORM_SURFACELESS_MESA = 0x31DD
+_CUDA_DEVICE_NV = 0x323A
+_INSTALL = ("install Mesa's EGL (apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri) "
+            "or the NVIDIA driver's EGL")
+
+
+class GLUnavailableError(RuntimeError):
+    """No usable EGL/OpenGL on this machine."""
+
+
+def _egl():
+    if os.environ.get("PYOPENGL_PLATFORM") != "egl":
+        raise GLUnavailableError(f"PYOPENGL_PLATFORM is {os.environ.get('PYOPENGL_PLATFORM')!r}; "
+                                 "render/ needs 'egl' (set it before OpenGL is first imported)")
+    try:
+        from OpenGL import EGL
+        EGL.eglGetDisplay  # noqa: B018  resolving it loads libEGL
+    except Exception as e:  # ImportError, or ctypes failing to load libEGL
+        raise GLUnavailableError(f"no EGL library: {e}; {_INSTALL}") from e
+    return EGL
+
+
+def _cuda_device() -> int | None:
+    from insitu import arrays
+
+    cp = arrays.cupy_or_none()
+    if cp is None or not arrays.cuda_available():
+        return None
+    return cp.cuda.runtime.getDevice()
+
+
+def _device_display(EGL, cuda_device: int):
+    """The EGL display of the EGL device that is CUDA device `cuda_device`, or None."""
+    from OpenGL.EGL.EXT.device_enumeration import eglQueryDevicesEXT
+    from OpenGL.EGL.EXT.device_query import eglQueryDeviceAttribEXT
+    from OpenGL.EGL.EXT.platform_base import eglGetPlatformDisplayEXT
+
+    devices = (EGL.EGLDeviceEXT * 32)()
+    n = EGL.EGLint()
+    if not eglQueryDevicesEXT(32, devices, ctypes.pointer(n)):
+        return None
+    for i in range(n.value):
+        value = EGL.EGLAttrib()
+        try:
+            ok = eglQueryDeviceAttribEXT(devices[i], _CUDA_DEVICE_NV, ctypes.pointer(value))
+        except Exception:  # not an NVIDIA device: the attribute is unknown
+            continue
+        if ok and value.value == cuda_device:
+            return eglGetPlatformDisplayEXT(_PLATFORM_DEVICE, devices[i], None)
+    return None
+
+
+def _display(EGL):
+    """(display, how): the platform display the rules above pick."""
+    from OpenGL.EGL.EXT.platform_base import eglGetPlatformDisplayEXT
+
+    choice = os.environ.get("INSITU_EGL_PLATFORM", "auto")
+    if choice not in ("auto", "device", "surfaceless", "default"):
+        raise ValueError(f"INSITU_EGL_PLATFORM: expected device, surfaceless or default, got {choice!r}")
+    if choice in ("auto", "device"):
+        dev = _cuda_device()
+        if dev is not None:
+            try:
+                dpy = _device_display(EGL, dev)
+            except Exception:  # no device extensions in this libEGL
+                dpy = None
+            if dpy:
+                return dpy, f"EGL device of CUDA device {dev}"
+        if choice == "device":
+            raise GLUnavailableError("INSITU_EGL_PLATFORM=device: no EGL device matches the current CUDA device")
+    if choice in ("auto", "surfaceless"):
+        try:
+            dpy = eglGetPlatformDisplayEXT(_PLATFORM_SURFACELESS_MESA, EGL.EGL_DEFAULT_DISPLAY, None)
+        except Exception:
+            dpy = None
+        if dpy:
+            return dpy, "Mesa surfaceless"
+        if choice == "surfaceless":
+            raise GLUnavailableError(f"INSITU_EGL_PLATFORM=surfaceless: no Mesa surfaceless platform; {_INSTALL}")
+    return EGL.eglGetDisplay(EGL.EGL_DEFAULT_DISPLAY), "default display"
+
+
+class GLContext:
+    """An OpenGL 3.3+ core context with no window, current on the creating thread.
+
+    Attributes
+    ----------
+    renderer, version : str
+        ``GL_RENDERER`` / ``GL_VERSION``.
+    platform : str
+        How the display was found.
+    max_size : int
+        Largest framebuffer side this context allows.
+    """
+
+    def __init__(self) -> None:
+        EGL = _egl()
+        self._EGL = EGL
+        dpy, self.platform = _display(EGL)
+        major, minor = EGL.EGLint(), EGL.EGLint()
+        if not dpy or not EGL.eglInitialize(dpy, ctypes.pointer(major), ctypes.pointer(minor)):
+            raise GLUnavailableError(f"eglInitialize failed on the {self.platform}; {_INSTALL}")
+        self._dpy = dpy
+        if not EGL.eglBindAPI(EGL.EGL_OPENGL_API):
+            raise GLUnavailableError("EGL: this EGL cannot bind desktop OpenGL")
+        attrs = (EGL.EGLint * 5)(EGL.EGL_RENDERABLE_TYPE, EGL.EGL_OPENGL_BIT,
+                                 EGL.EGL_SURFACE_TYPE, EGL.EGL_PBUFFER_BIT, EGL.EGL_NONE)
+        cfg, n = EGL.EGLConfig(), EGL.EGLint()
+        if not EGL.eglChooseConfig(dpy, attrs, ctypes.pointer(cfg), 1, ctypes.pointer(n)) or n.value < 1:
+            raise GLUnavailableError(f"EGL: no OpenGL config on the {self.platform}")
+        cattrs = (EGL.EGLint * 7)(EGL.EGL_CONTEXT_MAJOR_VERSION, 3, EGL.EGL_CONTEXT_MINOR_VERSION, 3,
+                                  EGL.EGL_CONTEXT_OPENGL_PROFILE_MASK, EGL.EGL_CONTEXT_OPENGL_CORE_PROFILE_BIT,
+                                  EGL.EGL_NONE)
+        ctx = EGL.eglCreateContext(dpy, cfg, EGL.EGL_NO_CONTEXT, cattrs)
+        if not ctx:
+            raise GLUnavailableError(f"EGL: could not create an OpenGL 3.3 core context on the {self.platform}")
+        self._ctx = ctx
+        self.make_current()
+        from OpenGL import GL
+
+        self.renderer = GL.glGetString(GL.GL_RENDERER).decode()
+        self.version = GL.glGetString(GL.GL_VERSION).decode()
+        vp = GL.glGetIntegerv(GL.GL_MAX_VIEWPORT_DIMS)
+        self.max_size = int(min(GL.glGetIntegerv(GL.GL_MAX_TEXTURE_SIZE),
+                                GL.glGetIntegerv(GL.GL_MAX_RENDERBUFFER_SIZE), min(vp)))
+        self._thread = threading.get_ident()
+
+    def make_current(self) -> None:
+        """Make this context current on the calling thread (surfaceless)."""
+        EGL = self._EGL
+        if not EGL.eglMakeCurrent(self._dpy, EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, self._ctx):
+            raise GLUnavailableError("EGL: eglMakeCurrent failed (surfaceless contexts unsupported?)")
+
+    def close(self) -> None:
+        """Destroy the context."""
+        EGL = self._EGL
+        if self._ctx is not None:
+            EGL.eglMakeCurrent(self._dpy, EGL.EGL_NO_SURFACE, EGL.EGL_NO_SURFACE, EGL.EGL_NO_CONTEXT)
+            EGL.eglDestroyContext(self._dpy, self._ctx)
+            self._ctx = None
+
+    def __repr__(self) -> str:
+        return f"<GLContext {self.renderer!r}, OpenGL {self.version}, {self.platform}>"
+
+
+_contexts: dict[int, GLContext] = {}
+
+
+def get_context() -> GLContext:
+    """This thread's shared context, created on first use and made current."""
+    tid = threading.get_ident()
+    ctx = _contexts.get(tid)
+    if ctx is None:
+        ctx = _contexts[tid] = GLContext()
+    else:
+        ctx.make_current()
+    return ctx

@@ -1,0 +1,288 @@
+"""Rasterized triangle meshes (marching-cubes output): Phong shading, colour by a scalar
+through a colormap, Ascent-style camera; colour and view depth out for compositing.
+
+NumPy meshes are uploaded to OpenGL buffers; CuPy meshes go through CUDA-GL interop
+(render/interop.py) when it is available, so they never visit the host.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Sequence
+
+import numpy as np
+
+from insitu import arrays
+
+from .camera import Camera
+from .gl import Framebuffer, get_context
+
+__all__ = ["Material", "SurfaceRenderer", "render_mesh"]
+
+_VERTEX = """
+#version 330 core
+layout(location = 0) in vec3 pos;
+layout(location = 1) in vec3 nrm;
+layout(location = 2) in float val;
+uniform mat4 view;
+uniform mat4 proj;
+out vec3 v_eye;
+out vec3 v_n;
+out float v_val;
+void main() {
+    vec4 e = view * vec4(pos, 1.0);
+    v_eye = e.xyz;
+    v_n = mat3(view) * nrm;  // the view matrix is a rigid motion
+    v_val = val;
+    gl_Position = proj * e;
+}
+"""
+
+_FRAGMENT = """
+#version 330 core
+in vec3 v_eye;
+in vec3 v_n;
+in float v_val;
+uniform sampler2D cmap;   // 1 x N colormap
+uniform int use_cmap;
+uniform float cmap_n;
+uniform vec4 color;
+uniform vec2 vrange;
+uniform vec3 light;       // towards the light, eye space, unit
+uniform vec4 k;           // ambient, diffuse, specular, shininess
+layout(location = 0) out vec4 frag;
+layout(location = 1) out float depth;
+void main() {
+    vec3 n = normalize(v_n);
+    vec3 v = normalize(-v_eye);
+    if (dot(n, v) < 0.0) n = -n;  // two-sided: marching-cubes normals point to lower values
+    vec3 base = color.rgb;
+    if (use_cmap == 1) {
+        float t = clamp((v_val - vrange.x) / (vrange.y - vrange.x), 0.0, 1.0);
+        base = texture(cmap, vec2((t * (cmap_n - 1.0) + 0.5) / cmap_n, 0.5)).rgb;  // texel centres at the ends
+    }
+    float d = max(dot(n, light), 0.0);
+    float s = d > 0.0 ? pow(max(dot(n, normalize(light + v)), 0.0), k.w) : 0.0;
+    frag = vec4(clamp(base * (k.x + k.y * d) + vec3(k.z * s), 0.0, 1.0), 1.0);
+    depth = -v_eye.z;
+}
+"""
+
+
+class Material:
+    """Phong coefficients: ``ambient + diffuse * max(n.l, 0)`` times the base colour, plus
+    ``specular * max(n.h, 0) ** shininess`` in white."""
+
+    def __init__(self, ambient: float = 0.2, diffuse: float = 0.7, specular: float = 0.2,
+                 shininess: float = 32.0) -> None:
+        for name, v in (("ambient", ambient), ("diffuse", diffuse), ("specular", specular), ("shininess", shininess)):
+            if not np.isfinite(v) or v < 0:
+                raise ValueError(f"material {name}: expected a finite value >= 0, got {v}")
+        self.ambient, self.diffuse, self.specular, self.shininess = ambient, diffuse, specular, shininess
+
+
+def _compile(GL, source: str, kind) -> int:
+    sh = GL.glCreateShader(kind)
+    GL.glShaderSource(sh, source)
+    GL.glCompileShader(sh)
+    if not GL.glGetShaderiv(sh, GL.GL_COMPILE_STATUS):
+        raise RuntimeError(f"shader compile failed: {GL.glGetShaderInfoLog(sh).decode()}")
+    return sh
+
+
+def _program(GL) -> int:
+    prog = GL.glCreateProgram()
+    for src, kind in ((_VERTEX, GL.GL_VERTEX_SHADER), (_FRAGMENT, GL.GL_FRAGMENT_SHADER)):
+        GL.glAttachShader(prog, _compile(GL, src, kind))
+    GL.glLinkProgram(prog)
+    if not GL.glGetProgramiv(prog, GL.GL_LINK_STATUS):
+        raise RuntimeError(f"shader link failed: {GL.glGetProgramInfoLog(prog).decode()}")
+    return prog
+
+
+def _bounds(verts) -> tuple | None:
+    xp = arrays.get_array_module(verts)
+    if len(verts) == 0:
+        return None
+    lo, hi = xp.min(verts, axis=0), xp.max(verts, axis=0)
+    lo = [arrays.scalar_to_host(lo[a]) for a in range(3)]
+    hi = [arrays.scalar_to_host(hi[a]) for a in range(3)]
+    return (lo[0], hi[0], lo[1], hi[1], lo[2], hi[2])
+
+
+def _check_mesh(verts, faces, normals, values):
+    v = arrays.asarray(verts, name="verts")
+    f = arrays.asarray(faces, name="faces")
+    if v.ndim != 2 or v.shape[1] != 3:
+        raise ValueError(f"verts: expected shape (V, 3), got {tuple(v.shape)}")
+    if f.ndim != 2 or f.shape[1] != 3 or f.dtype.kind not in "iu":
+        raise ValueError(f"faces: expected integer indices of shape (F, 3), got {f.dtype} {tuple(f.shape)}")
+    xp = arrays.get_array_module(v)
+    if normals is None:
+        raise ValueError("normals: required (marching_cubes returns them)")
+    n = arrays.asarray(normals, name="normals")
+    if n.shape != v.shape:
+        raise ValueError(f"normals: shape {tuple(n.shape)} differs from verts {tuple(v.shape)}")
+    s = None
+    if values is not None:
+        s = arrays.asarray(values, name="values")
+        if s.shape != (v.shape[0],):
+            raise ValueError(f"values: expected shape ({v.shape[0]},), got {tuple(s.shape)}")
+        s = xp.ascontiguousarray(s, dtype=xp.float32)
+    f32 = lambda a: xp.ascontiguousarray(a, dtype=xp.float32)  # noqa: E731
+    return f32(v), xp.ascontiguousarray(f, dtype=xp.uint32), f32(n), s
+
+
+class SurfaceRenderer:
+    """Draws meshes into an offscreen framebuffer of `width` x `height`.
+
+    Keeps its GL objects between frames (a time loop renders the same size again).
+    """
+
+    def __init__(self, width: int, height: int) -> None:
+        from OpenGL import GL
+
+        self.ctx = get_context()
+        self.fb = Framebuffer(self.ctx, width, height)
+        self.width, self.height = self.fb.width, self.fb.height
+        self.program = _program(GL)
+        self.vao = GL.glGenVertexArrays(1)
+        self.buffers = GL.glGenBuffers(4)  # positions, normals, values, indices
+        self.cmap_texture = GL.glGenTextures(1)
+        self._cmap_name = None
+        self._sizes = [0, 0, 0, 0]
+
+    def _upload(self, GL, slot: int, target, data: np.ndarray) -> None:
+        GL.glBindBuffer(target, self.buffers[slot])
+        if data.nbytes > self._sizes[slot]:
+            GL.glBufferData(target, data.nbytes, data, GL.GL_DYNAMIC_DRAW)
+            self._sizes[slot] = data.nbytes
+        else:
+            GL.glBufferSubData(target, 0, data.nbytes, data)
+
+    def _colormap(self, GL, name: str) -> int:
+        from .colormap import colormap
+
+        table = colormap(name, np.linspace(0.0, 1.0, 256), 0.0, 1.0)
+        if name != self._cmap_name:
+            GL.glBindTexture(GL.GL_TEXTURE_2D, self.cmap_texture)
+            for p in (GL.GL_TEXTURE_MIN_FILTER, GL.GL_TEXTURE_MAG_FILTER):
+                GL.glTexParameteri(GL.GL_TEXTURE_2D, p, GL.GL_LINEAR)
+            for p in (GL.GL_TEXTURE_WRAP_S, GL.GL_TEXTURE_WRAP_T):
+                GL.glTexParameteri(GL.GL_TEXTURE_2D, p, GL.GL_CLAMP_TO_EDGE)
+            GL.glTexImage2D(GL.GL_TEXTURE_2D, 0, GL.GL_RGBA32F, len(table), 1, 0, GL.GL_RGBA, GL.GL_FLOAT,
+                            np.ascontiguousarray(table, np.float32))
+            self._cmap_name = name
+        return len(table)
+
+    def render(self, verts, faces, normals, values=None, *, camera: Camera | None = None,
+               colormap: str = "viridis", vmin: float | None = None, vmax: float | None = None,
+               color: Sequence[float] = (0.8, 0.8, 0.8), material: Material | None = None,
+               light: Sequence[float] | None = None, background: Sequence[float] = (0.0, 0.0, 0.0, 0.0),
+               bounds: Sequence[float] | None = None):
+        """Render one mesh; returns ``(rgba, depth)`` as :func:`render_mesh`."""
+        from OpenGL import GL
+
+        self.ctx.make_current()
+        v, f, n, s = _check_mesh(verts, faces, normals, values)
+        box = bounds if bounds is not None else _bounds(v)
+        material = material or Material()
+        if len(background) != 4:
+            raise ValueError(f"background: expected premultiplied RGBA (4 values), got {list(background)}")
+        self.fb.clear(background)
+        if len(f) and box is not None:
+            cam = camera or Camera.fit(box)
+            near, far = cam.clip_range(box)
+            self._draw(GL, v, f, n, s, cam, near, far, colormap, vmin, vmax, color, material, light)
+        rgba, depth = self.fb.read()
+        return rgba.astype(np.float32) / 255.0, depth
+
+    def _draw(self, GL, v, f, n, s, cam, near, far, cmap, vmin, vmax, color, material, light):
+        if arrays.is_device_array(v):  # staged until interop takes over (counted)
+            v, f, n = arrays.to_host(v), arrays.to_host(f), arrays.to_host(n)
+            s = None if s is None else arrays.to_host(s)
+        GL.glUseProgram(self.program)
+        GL.glBindVertexArray(self.vao)
+        for slot, data, width in ((0, v, 3), (1, n, 3), (2, s, 1)):
+            if data is None:
+                GL.glDisableVertexAttribArray(slot)
+                GL.glVertexAttrib1f(slot, 0.0)
+                continue
+            self._upload(GL, slot, GL.GL_ARRAY_BUFFER, data)
+            GL.glEnableVertexAttribArray(slot)
+            GL.glVertexAttribPointer(slot, width, GL.GL_FLOAT, GL.GL_FALSE, 0, ctypes.c_void_p(0))
+        self._upload(GL, 3, GL.GL_ELEMENT_ARRAY_BUFFER, f)
+        loc = lambda name: GL.glGetUniformLocation(self.program, name)  # noqa: E731
+        view = cam.view_matrix()
+        GL.glUniformMatrix4fv(loc("view"), 1, GL.GL_TRUE, view.astype(np.float32))
+        GL.glUniformMatrix4fv(loc("proj"), 1, GL.GL_TRUE,
+                              cam.projection_matrix(self.width, self.height, near, far).astype(np.float32))
+        to_light = np.asarray(light if light is not None else -cam.forward, np.float64)  # default: headlight
+        if to_light.shape != (3,) or not np.isfinite(to_light).all() or not to_light.any():
+            raise ValueError(f"light: expected a non-zero direction (3 values), got {light}")
+        eye_light = view[:3, :3] @ (to_light / np.linalg.norm(to_light))
+        GL.glUniform3f(loc("light"), *eye_light)
+        GL.glUniform4f(loc("k"), material.ambient, material.diffuse, material.specular, material.shininess)
+        GL.glUniform4f(loc("color"), *(list(color)[:3] + [1.0]))
+        use = s is not None
+        GL.glUniform1i(loc("use_cmap"), int(use))
+        if use:
+            if vmin is None or vmax is None:
+                lo, hi = float(np.min(s)), float(np.max(s))
+                vmin = lo if vmin is None else vmin
+                vmax = hi if vmax is None else vmax
+            if not vmax > vmin:
+                vmax = vmin + 1.0  # a constant field: the colormap's first colour
+            GL.glActiveTexture(GL.GL_TEXTURE0)
+            nc = self._colormap(GL, cmap)
+            GL.glBindTexture(GL.GL_TEXTURE_2D, self.cmap_texture)
+            GL.glUniform1i(loc("cmap"), 0)
+            GL.glUniform1f(loc("cmap_n"), float(nc))
+            GL.glUniform2f(loc("vrange"), float(vmin), float(vmax))
+        GL.glEnable(GL.GL_DEPTH_TEST)
+        GL.glDepthFunc(GL.GL_LESS)
+        GL.glDisable(GL.GL_CULL_FACE)
+        GL.glDrawElements(GL.GL_TRIANGLES, 3 * len(f), GL.GL_UNSIGNED_INT, ctypes.c_void_p(0))
+        GL.glBindVertexArray(0)
+
+    def close(self) -> None:
+        from OpenGL import GL
+
+        self.ctx.make_current()
+        self.fb.delete()
+        GL.glDeleteBuffers(4, self.buffers)
+        GL.glDeleteVertexArrays(1, [self.vao])
+        GL.glDeleteTextures(1, [self.cmap_texture])
+        GL.glDeleteProgram(self.program)
+
+
+def render_mesh(verts, faces, normals, values=None, *, width: int = 512, height: int = 512, **kwargs):
+    """Render a triangle mesh offscreen.
+
+    Parameters
+    ----------
+    verts, faces, normals : arrays
+        As :func:`render.contour.marching_cubes` returns them (NumPy or CuPy).
+    values : (V,) array, optional
+        Scalar per vertex, coloured through `colormap` over ``vmin..vmax`` (default its
+        range); without it the mesh is `color`.
+    width, height : int
+        Image size in pixels (up to the GL limit).
+    camera : Camera, optional
+        Default: :meth:`Camera.fit` to the mesh's bounds (or `bounds`).
+    material, light, background
+        Phong coefficients; direction towards the light in world space (default: from
+        the camera); premultiplied RGBA where nothing is drawn.
+
+    Returns
+    -------
+    rgba : (height, width, 4) float32
+        Premultiplied colour, row 0 at the top.
+    depth : (height, width) float32
+        Distance along the view direction, ``inf`` on the background.
+    """
+    r = SurfaceRenderer(width, height)
+    try:
+        return r.render(verts, faces, normals, values, **kwargs)
+    finally:
+        r.close()
