@@ -7,6 +7,7 @@ NumPy meshes are uploaded to OpenGL buffers; CuPy meshes go through CUDA-GL inte
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from typing import Sequence
 
@@ -118,6 +119,8 @@ def _check_mesh(verts, faces, normals, values):
     if f.ndim != 2 or f.shape[1] != 3 or f.dtype.kind not in "iu":
         raise ValueError(f"faces: expected integer indices of shape (F, 3), got {f.dtype} {tuple(f.shape)}")
     xp = arrays.get_array_module(v)
+    if f.dtype.kind == "u" or f.dtype.itemsize != 4:
+        f = f.astype(xp.int32)
     if normals is None:
         raise ValueError("normals: required (marching_cubes returns them)")
     n = arrays.asarray(normals, name="normals")
@@ -130,7 +133,7 @@ def _check_mesh(verts, faces, normals, values):
             raise ValueError(f"values: expected shape ({v.shape[0]},), got {tuple(s.shape)}")
         s = xp.ascontiguousarray(s, dtype=xp.float32)
     f32 = lambda a: xp.ascontiguousarray(a, dtype=xp.float32)  # noqa: E731
-    return f32(v), xp.ascontiguousarray(f, dtype=xp.uint32), f32(n), s
+    return f32(v), xp.ascontiguousarray(f), f32(n), s  # int32 indices, drawn as GL_UNSIGNED_INT
 
 
 class SurfaceRenderer:
@@ -151,8 +154,15 @@ class SurfaceRenderer:
         self.cmap_texture = GL.glGenTextures(1)
         self._cmap_name = None
         self._sizes = [0, 0, 0, 0]
+        self._registered = [None, None, None, None]  # CUDA registrations of the buffers
+        self._textures = None
+        self._interop = None
 
     def _upload(self, GL, slot: int, target, data: np.ndarray) -> None:
+        if self._registered[slot] is not None:  # host data into a buffer CUDA shares: drop the share
+            self._registered[slot].close()
+            self._registered[slot] = None
+            self._sizes[slot] = 0
         GL.glBindBuffer(target, self.buffers[slot])
         if data.nbytes > self._sizes[slot]:
             GL.glBufferData(target, data.nbytes, data, GL.GL_DYNAMIC_DRAW)
@@ -185,33 +195,124 @@ class SurfaceRenderer:
 
         self.ctx.make_current()
         v, f, n, s = _check_mesh(verts, faces, normals, values)
+        on_device = arrays.is_device_array(v) and self.interop
+        if arrays.is_device_array(v) and not on_device:  # no interop here: staged (counted)
+            v, f, n = arrays.to_host(v), arrays.to_host(f), arrays.to_host(n)
+            s = None if s is None else arrays.to_host(s)
+        if len(f):
+            if on_device:
+                with self.mesh_buffers(len(v), len(f), s is not None) as (bv, bf, bn, bs):
+                    bv[...], bf[...], bn[...] = v, f.view(bf.dtype), n
+                    if s is not None:
+                        bs[...] = s
+            else:
+                for slot, data in ((0, v), (1, n), (2, s)):
+                    if data is not None:
+                        self._upload(GL, slot, GL.GL_ARRAY_BUFFER, data)
+                self._upload(GL, 3, GL.GL_ELEMENT_ARRAY_BUFFER, f)
+        if vmin is None and s is not None and len(s):
+            vmin = arrays.scalar_to_host(s.min())
+        if vmax is None and s is not None and len(s):
+            vmax = arrays.scalar_to_host(s.max())
         box = bounds if bounds is not None else _bounds(v)
+        return self.draw(len(f), values=s is not None, camera=camera, bounds=box, colormap=colormap, vmin=vmin,
+                         vmax=vmax, color=color, material=material, light=light, background=background,
+                         device=on_device)
+
+    @property
+    def interop(self) -> bool:
+        """Whether meshes and frames stay on the GPU (CUDA-GL interop)."""
+        if self._interop is None:
+            from .interop import interop_available
+
+            self._interop = interop_available(self.ctx)
+        return self._interop
+
+    def _capacity(self, GL, slot: int, target, nbytes: int) -> None:
+        """Grow buffer `slot` to hold `nbytes` (by half again, so a growing mesh reallocates
+        seldom) and keep it registered with CUDA."""
+        from .interop import GLBuffer
+
+        if nbytes <= self._sizes[slot] and self._registered[slot] is not None:
+            return
+        size = max(nbytes, int(self._sizes[slot] * 1.5), 1024)
+        if self._registered[slot] is not None:
+            self._registered[slot].close()
+        GL.glBindBuffer(target, self.buffers[slot])
+        GL.glBufferData(target, size, None, GL.GL_DYNAMIC_DRAW)
+        self._sizes[slot] = size
+        self._registered[slot] = GLBuffer(self.buffers[slot])
+
+    @contextlib.contextmanager
+    def mesh_buffers(self, nverts: int, nfaces: int, values: bool = False):
+        """CuPy views of the GL vertex and index buffers, for a mesh of `nverts` / `nfaces`
+        (marching cubes can write into them: ``marching_cubes(..., out=views)``).
+
+        Yields ``(verts (nverts, 3) float32, faces (nfaces, 3) int32, normals, values
+        (nverts,) float32 or None)``; draw them afterwards with :meth:`draw`. Needs
+        CUDA-GL interop.
+        """
+        from OpenGL import GL
+
+        if not self.interop:
+            raise RuntimeError(f"mesh_buffers: no CUDA-GL interop with this context ({self.ctx.renderer})")
+        self.ctx.make_current()
+        specs = [(0, GL.GL_ARRAY_BUFFER, (nverts, 3), np.float32), (1, GL.GL_ARRAY_BUFFER, (nverts, 3), np.float32),
+                 (2, GL.GL_ARRAY_BUFFER, (nverts,), np.float32), (3, GL.GL_ELEMENT_ARRAY_BUFFER, (nfaces, 3), np.int32)]
+        if not values:
+            specs.pop(2)
+        for slot, target, shape, dt in specs:
+            self._capacity(GL, slot, target, int(np.prod(shape)) * 4)
+        with contextlib.ExitStack() as stack:
+            views = {slot: stack.enter_context(self._registered[slot].map(shape, dt)) for slot, _, shape, dt in specs}
+            yield views[0], views[3], views[1], views.get(2)
+
+    def draw(self, nfaces: int, *, values: bool = False, camera: Camera | None = None, bounds=None,
+             colormap: str = "viridis", vmin: float | None = None, vmax: float | None = None,
+             color: Sequence[float] = (0.8, 0.8, 0.8), material: Material | None = None,
+             light: Sequence[float] | None = None, background: Sequence[float] = (0.0, 0.0, 0.0, 0.0),
+             device: bool = False):
+        """Draw the first `nfaces` triangles already in the buffers; returns ``(rgba, depth)``
+        (CuPy arrays, read through interop, when `device`)."""
+        from OpenGL import GL
+
+        self.ctx.make_current()
         material = material or Material()
         if len(background) != 4:
             raise ValueError(f"background: expected premultiplied RGBA (4 values), got {list(background)}")
         self.fb.clear(background)
-        if len(f) and box is not None:
-            cam = camera or Camera.fit(box)
-            near, far = cam.clip_range(box)
-            self._draw(GL, v, f, n, s, cam, near, far, colormap, vmin, vmax, color, material, light)
+        if nfaces and bounds is not None:
+            cam = camera or Camera.fit(bounds)
+            near, far = cam.clip_range(bounds)
+            self._draw(GL, nfaces, values, cam, near, far, colormap, vmin, vmax, color, material, light)
+        if device:
+            return self._read_device()
         rgba, depth = self.fb.read()
         return rgba.astype(np.float32) / 255.0, depth
 
-    def _draw(self, GL, v, f, n, s, cam, near, far, cmap, vmin, vmax, color, material, light):
-        if arrays.is_device_array(v):  # staged until interop takes over (counted)
-            v, f, n = arrays.to_host(v), arrays.to_host(f), arrays.to_host(n)
-            s = None if s is None else arrays.to_host(s)
+    def _read_device(self):
+        from .interop import GLTexture
+
+        cp = arrays.cupy_or_none()
+        if self._textures is None:
+            self._textures = (GLTexture(self.fb.color_texture, self.width, self.height, np.uint8, 4),
+                              GLTexture(self.fb.depth_texture, self.width, self.height, np.float32, 1))
+        rgba = self._textures[0].read()[::-1].astype(cp.float32) / 255.0  # GL's rows run bottom-up
+        depth = cp.ascontiguousarray(self._textures[1].read()[::-1])
+        return rgba, depth
+
+    def _draw(self, GL, nfaces, values, cam, near, far, cmap, vmin, vmax, color, material, light):
         GL.glUseProgram(self.program)
         GL.glBindVertexArray(self.vao)
-        for slot, data, width in ((0, v, 3), (1, n, 3), (2, s, 1)):
-            if data is None:
+        for slot, width, used in ((0, 3, True), (1, 3, True), (2, 1, values)):
+            if not used:
                 GL.glDisableVertexAttribArray(slot)
                 GL.glVertexAttrib1f(slot, 0.0)
                 continue
-            self._upload(GL, slot, GL.GL_ARRAY_BUFFER, data)
+            GL.glBindBuffer(GL.GL_ARRAY_BUFFER, self.buffers[slot])
             GL.glEnableVertexAttribArray(slot)
             GL.glVertexAttribPointer(slot, width, GL.GL_FLOAT, GL.GL_FALSE, 0, ctypes.c_void_p(0))
-        self._upload(GL, 3, GL.GL_ELEMENT_ARRAY_BUFFER, f)
+        GL.glBindBuffer(GL.GL_ELEMENT_ARRAY_BUFFER, self.buffers[3])
         loc = lambda name: GL.glGetUniformLocation(self.program, name)  # noqa: E731
         view = cam.view_matrix()
         GL.glUniformMatrix4fv(loc("view"), 1, GL.GL_TRUE, view.astype(np.float32))
@@ -224,31 +325,29 @@ class SurfaceRenderer:
         GL.glUniform3f(loc("light"), *eye_light)
         GL.glUniform4f(loc("k"), material.ambient, material.diffuse, material.specular, material.shininess)
         GL.glUniform4f(loc("color"), *(list(color)[:3] + [1.0]))
-        use = s is not None
-        GL.glUniform1i(loc("use_cmap"), int(use))
-        if use:
-            if vmin is None or vmax is None:
-                lo, hi = float(np.min(s)), float(np.max(s))
-                vmin = lo if vmin is None else vmin
-                vmax = hi if vmax is None else vmax
-            if not vmax > vmin:
-                vmax = vmin + 1.0  # a constant field: the colormap's first colour
+        GL.glUniform1i(loc("use_cmap"), int(values))
+        if values:
+            vmin = 0.0 if vmin is None else float(vmin)
+            vmax = vmin + 1.0 if vmax is None or not vmax > vmin else float(vmax)  # constant: first colour
             GL.glActiveTexture(GL.GL_TEXTURE0)
             nc = self._colormap(GL, cmap)
             GL.glBindTexture(GL.GL_TEXTURE_2D, self.cmap_texture)
             GL.glUniform1i(loc("cmap"), 0)
             GL.glUniform1f(loc("cmap_n"), float(nc))
-            GL.glUniform2f(loc("vrange"), float(vmin), float(vmax))
+            GL.glUniform2f(loc("vrange"), vmin, vmax)
         GL.glEnable(GL.GL_DEPTH_TEST)
         GL.glDepthFunc(GL.GL_LESS)
         GL.glDisable(GL.GL_CULL_FACE)
-        GL.glDrawElements(GL.GL_TRIANGLES, 3 * len(f), GL.GL_UNSIGNED_INT, ctypes.c_void_p(0))
+        GL.glDrawElements(GL.GL_TRIANGLES, 3 * nfaces, GL.GL_UNSIGNED_INT, ctypes.c_void_p(0))
         GL.glBindVertexArray(0)
 
     def close(self) -> None:
         from OpenGL import GL
 
         self.ctx.make_current()
+        for r in self._registered + list(self._textures or ()):
+            if r is not None:
+                r.close()
         self.fb.delete()
         GL.glDeleteBuffers(4, self.buffers)
         GL.glDeleteVertexArrays(1, [self.vao])
