@@ -48,31 +48,43 @@ def _cuda_device() -> int | None:
     return cp.cuda.runtime.getDevice()
 
 
+def _ext(name: str, restype, *argtypes):
+    """An EGL extension function through eglGetProcAddress (PyOpenGL's wrappers check
+    extensions on a display that is not initialized yet, and fail)."""
+    lib = ctypes.CDLL("libEGL.so.1")
+    lib.eglGetProcAddress.restype = ctypes.c_void_p
+    lib.eglGetProcAddress.argtypes = [ctypes.c_char_p]
+    addr = lib.eglGetProcAddress(name.encode())
+    return ctypes.CFUNCTYPE(restype, *argtypes)(addr) if addr else None
+
+
+def _platform_display(EGL, platform: int, native):
+    get = _ext("eglGetPlatformDisplayEXT", ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p)
+    ptr = get(platform, native, None) if get else None
+    return ctypes.cast(ptr, EGL.EGLDisplay) if ptr else None
+
+
 def _device_display(EGL, cuda_device: int):
     """The EGL display of the EGL device that is CUDA device `cuda_device`, or None."""
-    from OpenGL.EGL.EXT.device_enumeration import eglQueryDevicesEXT
-    from OpenGL.EGL.EXT.device_query import eglQueryDeviceAttribEXT
-    from OpenGL.EGL.EXT.platform_base import eglGetPlatformDisplayEXT
-
-    devices = (EGL.EGLDeviceEXT * 32)()
-    n = EGL.EGLint()
-    if not eglQueryDevicesEXT(32, devices, ctypes.pointer(n)):
+    query = _ext("eglQueryDevicesEXT", ctypes.c_uint, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
+                 ctypes.POINTER(ctypes.c_int))
+    attrib = _ext("eglQueryDeviceAttribEXT", ctypes.c_uint, ctypes.c_void_p, ctypes.c_int,
+                  ctypes.POINTER(ctypes.c_ssize_t))
+    if query is None or attrib is None:
+        return None
+    devices, n = (ctypes.c_void_p * 32)(), ctypes.c_int()
+    if not query(32, devices, ctypes.byref(n)):
         return None
     for i in range(n.value):
-        value = EGL.EGLAttrib()
-        try:
-            ok = eglQueryDeviceAttribEXT(devices[i], _CUDA_DEVICE_NV, ctypes.pointer(value))
-        except Exception:  # not an NVIDIA device: the attribute is unknown
-            continue
-        if ok and value.value == cuda_device:
-            return eglGetPlatformDisplayEXT(_PLATFORM_DEVICE, devices[i], None)
+        value = ctypes.c_ssize_t(-1)
+        # Not NVIDIA: the attribute is unknown and the query fails (EGL_BAD_ATTRIBUTE).
+        if attrib(devices[i], _CUDA_DEVICE_NV, ctypes.byref(value)) and value.value == cuda_device:
+            return _platform_display(EGL, _PLATFORM_DEVICE, devices[i])
     return None
 
 
 def _display(EGL):
     """(display, how): the platform display the rules above pick."""
-    from OpenGL.EGL.EXT.platform_base import eglGetPlatformDisplayEXT
-
     choice = os.environ.get("INSITU_EGL_PLATFORM", "auto")
     if choice not in ("auto", "device", "surfaceless", "default"):
         raise ValueError(f"INSITU_EGL_PLATFORM: expected device, surfaceless or default, got {choice!r}")
@@ -81,7 +93,7 @@ def _display(EGL):
         if dev is not None:
             try:
                 dpy = _device_display(EGL, dev)
-            except Exception:  # no device extensions in this libEGL
+            except OSError:  # no libEGL.so.1 by that name
                 dpy = None
             if dpy:
                 return dpy, f"EGL device of CUDA device {dev}"
@@ -89,8 +101,8 @@ def _display(EGL):
             raise GLUnavailableError("INSITU_EGL_PLATFORM=device: no EGL device matches the current CUDA device")
     if choice in ("auto", "surfaceless"):
         try:
-            dpy = eglGetPlatformDisplayEXT(_PLATFORM_SURFACELESS_MESA, EGL.EGL_DEFAULT_DISPLAY, None)
-        except Exception:
+            dpy = _platform_display(EGL, _PLATFORM_SURFACELESS_MESA, None)
+        except OSError:  # no libEGL.so.1 by that name
             dpy = None
         if dpy:
             return dpy, "Mesa surfaceless"
