@@ -82,6 +82,18 @@ class Material:
         self.ambient, self.diffuse, self.specular, self.shininess = ambient, diffuse, specular, shininess
 
 
+def _raw_attrib_pointer(*args):
+    from OpenGL.raw.GL.VERSION.GL_2_0 import glVertexAttribPointer
+
+    glVertexAttribPointer(*args)
+
+
+def _raw_draw_elements(*args):
+    from OpenGL.raw.GL.VERSION.GL_1_1 import glDrawElements
+
+    glDrawElements(*args)
+
+
 def _compile(GL, source: str, kind) -> int:
     sh = GL.glCreateShader(kind)
     GL.glShaderSource(sh, source)
@@ -311,7 +323,9 @@ class SurfaceRenderer:
                 continue
             GL.glBindBuffer(GL.GL_ARRAY_BUFFER, self.buffers[slot])
             GL.glEnableVertexAttribArray(slot)
-            GL.glVertexAttribPointer(slot, width, GL.GL_FLOAT, GL.GL_FALSE, 0, ctypes.c_void_p(0))
+            # The raw entry point: PyOpenGL's wrapper keeps the pointer per context, which
+            # needs a context id its EGL platform cannot always give.
+            _raw_attrib_pointer(slot, width, GL.GL_FLOAT, GL.GL_FALSE, 0, ctypes.c_void_p(0))
         GL.glBindBuffer(GL.GL_ELEMENT_ARRAY_BUFFER, self.buffers[3])
         loc = lambda name: GL.glGetUniformLocation(self.program, name)  # noqa: E731
         view = cam.view_matrix()
@@ -338,7 +352,7 @@ class SurfaceRenderer:
         GL.glEnable(GL.GL_DEPTH_TEST)
         GL.glDepthFunc(GL.GL_LESS)
         GL.glDisable(GL.GL_CULL_FACE)
-        GL.glDrawElements(GL.GL_TRIANGLES, 3 * nfaces, GL.GL_UNSIGNED_INT, ctypes.c_void_p(0))
+        _raw_draw_elements(GL.GL_TRIANGLES, 3 * nfaces, GL.GL_UNSIGNED_INT, ctypes.c_void_p(0))
         GL.glBindVertexArray(0)
 
     def close(self) -> None:
