@@ -147,3 +147,12 @@ def test_matches_the_golden_image():
     diff = np.abs(got - want)
     # Rasterizers differ in edge pixels (llvmpipe here, NVIDIA on the GPU machine).
     assert (diff.max(axis=2) <= 8).mean() > 0.99 and diff.mean() < 1.0
+
+
+@pytest.mark.parametrize("n,method", [(1, "auto"), (2, "auto"), (3, "direct-send"), (4, "binary-swap"),
+                                      (8, "binary-swap")])
+def test_sort_last_surface_equals_single_render(mpi, n, method):
+    # Each rank contours and renders only its block; depth compositing at rank 0 must give
+    # the single-rank render of the whole isosurface (tests/mpi/render_check.py).
+    p = mpi(n, "render_check.py", "surface", "--method", method, env={"NUMBA_NUM_THREADS": "1"})
+    assert p.returncode == 0 and f"OK surface ranks={n}" in p.stdout, p.stdout + p.stderr
