@@ -40,3 +40,15 @@ def test_mandelbulb_example_writes_a_closed_mesh(tmp_path):
     # The set lies inside the box, so its isosurface is closed: every edge in two triangles.
     e = np.sort(np.concatenate([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]]), axis=1)
     assert (np.unique(e, axis=0, return_counts=True)[1] == 2).all()
+
+
+def test_render_demo_writes_composited_images(mpi, tmp_path):
+    out = tmp_path / "rd"
+    p = mpi(3, os.path.join(ROOT, "examples", "render_demo.py"), "--shape", 28, 26, 24, "--steps", 4,
+            "--size", 96, 72, "--out", out, env={"NUMBA_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "ranks=3" in p.stdout
+    for kind in ("surface", "volume"):
+        img = np.asarray(Image.open(f"{out}_{kind}.png"))
+        assert img.shape == (72, 96, 4)
+        assert 0.005 < (img[..., 3] > 0).mean() < 0.9  # something drawn, not everything

@@ -156,3 +156,29 @@ def test_sort_last_surface_equals_single_render(mpi, n, method):
     # the single-rank render of the whole isosurface (tests/mpi/render_check.py).
     p = mpi(n, "render_check.py", "surface", "--method", method, env={"NUMBA_NUM_THREADS": "1"})
     assert p.returncode == 0 and f"OK surface ranks={n}" in p.stdout, p.stdout + p.stderr
+
+
+def test_egl_platform_choice_errors_are_clear(tmp_path):
+    import subprocess
+    import sys
+
+    code = "from render.gl import get_context; get_context()"
+    env = dict(os.environ, PYTHONPATH=ROOT, INSITU_EGL_PLATFORM="device", CUDA_VISIBLE_DEVICES="")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "no EGL device matches the current CUDA device" in p.stderr
+    env["INSITU_EGL_PLATFORM"] = "vulkan"
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert "INSITU_EGL_PLATFORM: expected device, surfaceless or default, got 'vulkan'" in p.stderr
+
+
+def test_png_round_trip_keeps_straight_colour(tmp_path):
+    from render.image import read_png, write_png
+
+    rgba = np.zeros((4, 5, 4), np.float32)
+    rgba[1, 2] = (0.25, 0.1, 0.0, 0.5)  # premultiplied: straight colour (0.5, 0.2, 0)
+    rgba[3, 4] = (1.0, 1.0, 1.0, 1.0)
+    back = read_png(write_png(str(tmp_path / "x.png"), rgba))
+    assert back.shape == (4, 5, 4) and back.dtype == np.uint8
+    np.testing.assert_array_equal(back[1, 2], [128, 51, 0, 128])
+    np.testing.assert_array_equal(back[3, 4], [255, 255, 255, 255])
+    assert (back[0, 0] == 0).all()
