@@ -309,8 +309,8 @@ def count(vol, ext, level, lo, hi, chunk, tables, nvert_out, ntri_out, bad) -> N
                                              nvert_out, ntri_out, bad))
 
 
-def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, vincl, tincl, vstart, vcount, tables, geo, offset,
-             vals, keys, dims, keybase, verts, faces, normals, vout, vedge) -> None:
+def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, vincl, tincl, vstart, vcount, tables, geo,
+             offset, vals, keys, dims, keybase, verts, faces, normals, vout, vedge) -> None:
     """Pass 2 (see _cpu.generate) for one level: faces and vertex edges per segment, then
     vertices ``vstart .. vstart + vcount - 1`` one per thread. `vincl`/`tincl`: inclusive
     scans of the counts (global numbering); `vals`, `keys`, `vout` may be None; `vedge`:
@@ -320,8 +320,8 @@ def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, vincl, tincl, vsta
     grid, tile = _grid(lo, hi, chunk)
     box = _struct(_BOX, [*lo, *hi, chunk])
     g = _vol(vol, ext)
-    _kernel("walk", vol.dtype)(grid, tile, (vol, g, box, np.float64(level), _levelf(level), nvert, ntri_seg, vincl, tincl,
-                                            *tables, faces, vedge))
+    _kernel("walk", vol.dtype)(grid, tile, (vol, g, box, np.float64(level), _levelf(level), nvert, ntri_seg,
+                                            vincl, tincl, *tables, faces, vedge))
     if vcount == 0:
         return
     out_fields = [("sp", "3f8"), ("org", "3f8"), ("off", "3i8"), ("dims", "3i8"), ("keybase", "i8"),

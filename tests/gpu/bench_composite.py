@@ -19,22 +19,18 @@ import datetime
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import commit  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(HERE))
 METHODS = ("direct-send", "binary-swap", "radix-k")
 MODES = ("depth", "over")
-
-
-def commit() -> str:
-    # The device machine gets a copy of the tree whose git metadata may be stale: the caller names it.
-    return os.environ.get("INSITU_COMMIT") or (subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip() or "unknown")
 
 
 def make_image(rank: int, n: int, xp):

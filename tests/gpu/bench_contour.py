@@ -15,23 +15,19 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import commit, emit  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 LEVEL = 11.0  # iterations - 1: the usual Mandelbulb surface
-
-
-def commit() -> str:
-    # The device machine gets a copy of the tree whose git metadata may be stale: the caller names it.
-    return os.environ.get("INSITU_COMMIT") or (subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip() or "unknown")
 
 
 def best_of(f, reps=3):
@@ -150,10 +146,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     text = (cpu(args.cpu) if args.cpu else "") + ("\n" if args.cpu and args.gpu else "") + \
         (gpu(args.gpu) if args.gpu else "")
-    print(text)
-    if args.md:
-        with open(args.md, "a") as fh:
-            fh.write("\n" + text)
+    emit(text, args.md)
     return 0
 
 

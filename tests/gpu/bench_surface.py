@@ -13,21 +13,17 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import commit, emit  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
-
-
-def commit() -> str:
-    # The device machine gets a copy of the tree whose git metadata may be stale: the caller names it.
-    return os.environ.get("INSITU_COMMIT") or (subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip() or "unknown")
 
 
 def main(argv=None) -> int:
@@ -87,10 +83,7 @@ def main(argv=None) -> int:
     out += [f"| {n}^3 | {nf} | {s}^2 | {tm * 1e3:.1f} | {t * 1e3:.2f} | {nf / t / 1e6:.0f} | {c:.0%} |"
             for n, nf, s, tm, t, c in rows]
     text = "\n".join(out) + "\n"
-    print(text)
-    if args.md:
-        with open(args.md, "a") as fh:
-            fh.write("\n" + text)
+    emit(text, args.md)
     return 0
 
 

@@ -18,23 +18,19 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import subprocess
 import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import commit, emit  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 EXTENT = 1.2  # mandelbulb's half width
-
-
-def commit() -> str:
-    # The device machine gets a copy of the tree whose git metadata may be stale: the caller names it.
-    return os.environ.get("INSITU_COMMIT") or (subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip() or "unknown")
 
 
 def scene(n):
@@ -147,10 +143,7 @@ def main(argv=None) -> int:
     if args.gpu:
         parts.append(gpu(args.gpu, args.res or [1024, 2048]))
     text = "\n".join(parts)
-    print(text)
-    if args.md:
-        with open(args.md, "a") as fh:
-            fh.write("\n" + text)
+    emit(text, args.md)
     return 0
 
 
