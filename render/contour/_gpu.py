@@ -45,6 +45,13 @@ __device__ __forceinline__ unsigned box_ok(int j, int k, const Box& b) {
 }
 
 template <typename T>
+__device__ __forceinline__ bool finite(T) { return true; }  // integer samples
+template <>
+__device__ __forceinline__ bool finite<float>(float x) { return isfinite(x); }
+template <>
+__device__ __forceinline__ bool finite<double>(double x) { return isfinite(x); }
+
+template <typename T>
 __device__ __forceinline__ bool above(T x, double level, float) { return (double)x > level; }
 // float samples compare in float against the largest float <= level: the same answer.
 template <>
@@ -104,10 +111,10 @@ __global__ void __launch_bounds__(256) mc_count(const T* __restrict__ v, const V
     const bool cube = j < b.hi1 && k < b.hi2;
     const T* p = v + i0 * g.s0 + j * g.s1 + k * g.s2;
     int nv = 0, nt = 0;
-    bool finite = true;
+    bool all_finite = true;
     unsigned P = plane_mask<T, 2>(p, g.s1, g.s2, ok, level, levelf);
     for (int i = i0; i <= i1; ++i, p += g.s0) {
-        finite &= isfinite((double)p[0]);
+        all_finite &= finite(p[0]);
         const bool xok = i < b.hi0;
         const unsigned Pn = xok ? plane_mask<T, 2>(p + g.s0, g.s1, g.s2, ok, level, levelf) : 0u;
         if (P != Pn || (P != 0u && P != ok)) {  // else all of them on one side: nothing crossed
@@ -118,7 +125,16 @@ __global__ void __launch_bounds__(256) mc_count(const T* __restrict__ v, const V
     }
     nvert_out[seg] = nv;
     ntri_out[seg] = nt;
-    if (!finite) atomicAdd(bad, 1u);
+    if (!all_finite) atomicAdd(bad, 1u);
+}
+
+// The segments with a vertex or a triangle, in order: list[flags_scan[s] - 1] = s.
+template <typename I>
+__global__ void mc_compact(const I* __restrict__ nvert, const I* __restrict__ ntri_seg,
+                           const I* __restrict__ scan, const long long nseg, I* __restrict__ list) {
+    for (long long s = blockIdx.x * (long long)blockDim.x + threadIdx.x; s < nseg;
+         s += (long long)gridDim.x * blockDim.x)
+        if (nvert[s] != 0 || ntri_seg[s] != 0) list[scan[s] - 1] = (I)s;
 }
 
 // A vertex's edge packed: point (i, j, k) and axis a.
@@ -130,12 +146,19 @@ __device__ __forceinline__ long long pack(int i, int j, int k, int a) {
 // thread per vertex: the walk stays light on registers).
 template <typename T>
 __global__ void __launch_bounds__(256) mc_walk(const T* __restrict__ v, const Vol g, const Box b,
-        const double level, const float levelf, const int* __restrict__ nvert,
-        const int* __restrict__ ntri_seg, const long long* __restrict__ vincl, const long long* __restrict__ tincl,
+        const double level, const float levelf, const int* __restrict__ active, const int* __restrict__ nactive,
+        const int* __restrict__ nvert, const int* __restrict__ ntri_seg, const long long* __restrict__ vincl, const long long* __restrict__ tincl,
         const signed char* __restrict__ ntri, const signed char* __restrict__ tri,
         const signed char* __restrict__ edge, int* __restrict__ faces, long long* __restrict__ vedge) {
-    SEGMENT
-    if (nvert[seg] == 0 && ntri_seg[seg] == 0) return;
+    // One thread per active segment (listed by mc_compact, in segment order, so neighbours
+    // in a warp are mostly neighbours in k): warps are not held up by empty segments.
+    const long long tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (tid >= *nactive) return;
+    const long long seg = active[tid];
+    const int m1 = b.hi1 - b.lo1 + 1, m2 = b.hi2 - b.lo2 + 1;
+    const int r2 = (int)(seg %% m2), r1 = (int)((seg / m2) %% m1), c = (int)(seg / ((long long)m1 * m2));
+    const int j = b.lo1 + r1, k = b.lo2 + r2;
+    const int i0 = b.lo0 + c * b.chunk, i1 = min(i0 + b.chunk - 1, b.hi0);
     const unsigned ok = box_ok(j, k, b);
     const bool cube = j < b.hi1 && k < b.hi2;
     long long cnt[4];
@@ -263,6 +286,7 @@ def _module():
 
     src = _SOURCE % {f"c{a}": ", ".join(str(int(x)) for x in CORNERS[:, a]) for a in range(3)}
     names = [f"mc_{kind}<{t}>" for kind in ("count", "walk", "vertex") for t in _TYPES.values()]
+    names.append("mc_compact<int>")
     return cupy.RawModule(code=src, options=("-std=c++14",), name_expressions=names)
 
 
@@ -317,11 +341,22 @@ def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, vincl, tincl, vsta
     int64 scratch, one per vertex."""
     if max(h - l for l, h in zip(lo, hi)) >= 2**20:
         raise ValueError(f"marching_cubes: box {lo}..{hi} is too long for the GPU path (2^20 samples per axis)")
-    grid, tile = _grid(lo, hi, chunk)
+    import cupy
+
     box = _struct(_BOX, [*lo, *hi, chunk])
     g = _vol(vol, ext)
-    _kernel("walk", vol.dtype)(grid, tile, (vol, g, box, np.float64(level), _levelf(level), nvert, ntri_seg,
-                                            vincl, tincl, *tables, faces, vedge))
+    nseg = len(nvert)
+    scan = cupy.cumsum((nvert != 0) | (ntri_seg != 0), dtype=cupy.int32)
+    bound = min(nseg, vcount + len(faces))  # each active segment has a vertex or a triangle
+    if bound == 0:
+        return
+    active = cupy.empty(bound, cupy.int32)
+    _module().get_function("mc_compact<int>")((min(-(-nseg // 256), 65535),), (256,),
+                                              (nvert, ntri_seg, scan, np.int64(nseg), active))
+    # How many are active stays on the device: the walk's threads read it (no host round trip).
+    _kernel("walk", vol.dtype)((-(-bound // 256),), (256,), (vol, g, box, np.float64(level), _levelf(level),
+                                                             active, scan[-1:], nvert, ntri_seg, vincl, tincl,
+                                                             *tables, faces, vedge))
     if vcount == 0:
         return
     out_fields = [("sp", "3f8"), ("org", "3f8"), ("off", "3i8"), ("dims", "3i8"), ("keybase", "i8"),
