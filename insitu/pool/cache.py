@@ -291,11 +291,9 @@ class BlockCache:
             if e.persisted:
                 return
             self._check_pin(e, "persist")
-            if e.tier == "resident":
-                del self._resident_lru[e.handle]
-            else:
+            if e.tier != "resident":
                 self._bring_back(e)
-                del self._resident_lru[e.handle]
+            del self._resident_lru[e.handle]  # pinned blocks are not on the LRU list
             e.persisted = True
             self._persisted_bytes += e.nbytes
 
