@@ -44,6 +44,17 @@ class GPUBlocks:
     def keys(self) -> list:
         return list(self._sources)
 
+    @property
+    def pending(self) -> bool:
+        """Whether operations are recorded but not carried out yet."""
+        return any(step != "send" for step, _, _ in self._steps) or any(k == "array" for k, _ in self._sources.values())
+
+    def handles(self) -> dict:
+        """``{key: cache handle}`` of blocks backed by the worker's cache (none pending)."""
+        if self._steps or any(k != "handle" for k, _ in self._sources.values()):
+            raise ValueError("handles: these blocks have pending operations; call cache_gpu or persist_gpu first")
+        return {k: h for k, (_, h) in self._sources.items()}
+
     def _with(self, kind: str, *args: Any, **kwargs: Any) -> "GPUBlocks":
         return GPUBlocks(self.worker, self._sources, self._steps + ((kind, args, kwargs),))
 
@@ -68,6 +79,14 @@ class GPUBlocks:
         """Call ``fn(block, *args)`` with the worker's OpenGL context current (``init_gl``
         happens on first use)."""
         return self._with("exec_gl", fn, args, **kwargs)
+
+    def init_gl(self) -> "GPUBlocks":
+        """Create the worker's OpenGL context now (one round trip) rather than at the
+        first ``exec_gl``, so a missing EGL shows before any work is sent."""
+        pkg = Package()
+        pkg.add("init_gl")
+        self.worker.run(pkg)
+        return self
 
     def extract_halo(self, domain) -> "GPUBlocks":
         """Each block becomes the slabs its neighbours need: ``{(neighbour, direction from
@@ -133,6 +152,14 @@ class GPUBlocks:
             return self
         pkg, keys = self._package("persist")
         return GPUBlocks(self.worker, {k: ("handle", h) for k, h in zip(keys, self.worker.run(pkg))})
+
+    def drop_gpu(self) -> None:
+        """Free the cached blocks on the worker (one round trip); the handles become invalid."""
+        pkg = Package()
+        for h in self.handles().values():
+            pkg.add("drop", h)
+        if len(pkg):
+            self.worker.run(pkg)
 
     def unpersist_gpu(self) -> "GPUBlocks":
         """Make cached blocks evictable again (one round trip)."""

@@ -13,9 +13,9 @@ from typing import Any
 
 __all__ = ["KINDS", "Op", "Package", "Ref"]
 
-#: Operation kinds a worker understands; the last four produce the package's outputs.
-KINDS = ("send", "get", "exec", "exec_seq", "exec_gl", "recv", "cache", "persist", "unpersist")
-_OUTPUTS = ("recv", "cache", "persist", "unpersist")
+#: Operation kinds a worker understands; the last six produce the package's outputs.
+KINDS = ("send", "get", "exec", "exec_seq", "exec_gl", "init_gl", "recv", "cache", "persist", "unpersist", "drop")
+_OUTPUTS = ("init_gl", "recv", "cache", "persist", "unpersist", "drop")
 
 
 @dataclasses.dataclass(frozen=True)

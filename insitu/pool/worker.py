@@ -77,7 +77,17 @@ class Worker:
         return x
 
     def _op_send(self, op: Op, values):
-        a = arrays.asarray(op.args[0], name="send")
+        return self._take(op.args[0], "send")
+
+    def _take(self, x, name: str):
+        # A block may be a container of arrays (a shuffle's group of values, a mesh).
+        if isinstance(x, (list, tuple)):
+            return type(x)(self._take(v, f"{name}[{i}]") for i, v in enumerate(x))
+        if isinstance(x, dict):
+            return {k: self._take(v, f"{name}[{k!r}]") for k, v in x.items()}
+        if x is None or isinstance(x, (str, bytes, int, float, complex)):
+            return x  # keys and labels beside the arrays
+        a = arrays.asarray(x, name=name)
         if self.device is not None and not arrays.is_device_array(a):
             a = arrays.to_device(a, device=self.device)  # a GPU worker keeps blocks on its GPU (counted)
         return a
@@ -97,13 +107,23 @@ class Worker:
             x = x if out is None else out
         return x
 
-    def _op_exec_gl(self, op: Op, values):
-        if self._gl is None:
-            if self._gl_context is None:
-                from render.gl import get_context  # a plug-in: the runtime itself does not draw
+    def init_gl(self):
+        """Make this worker's OpenGL context current on the calling thread (created on
+        first use) and return it; ``exec_gl`` calls it before drawing."""
+        if self._gl_context is None:
+            from render.gl import get_context  # a plug-in: the runtime itself does not draw
 
-                self._gl_context = get_context
-            self._gl = self._gl_context()
+            self._gl_context = get_context
+        # Called every time: a GL context is current per thread, and a daemon serves
+        # each client on its own thread (render.gl's get_context keeps one per thread).
+        self._gl = self._gl_context()
+        return self._gl
+
+    def _op_init_gl(self, op: Op, values):
+        return repr(self.init_gl())  # a picklable answer for remote callers
+
+    def _op_exec_gl(self, op: Op, values):
+        self.init_gl()
         fn, args = op.args[0], self._resolve(op.args[1], values)
         out = fn(*args, **op.kwargs)
         return args[0] if out is None else out
@@ -124,6 +144,10 @@ class Worker:
 
     def _op_unpersist(self, op: Op, values):
         self.cache.unpersist(op.args[0])
+        return op.args[0]
+
+    def _op_drop(self, op: Op, values):
+        self.cache.drop(op.args[0])
         return op.args[0]
 
     def close(self) -> None:

@@ -165,14 +165,16 @@ def wait_requests(requests: Sequence, peers: Sequence[int | None], deadline: flo
 
 
 def recv_object(comm, source: int, tag: int, deadline: float, what: str):
-    """Receive one pickled object from `source`, or raise :class:`PeerTimeoutError`."""
-    req = comm.irecv(source=source, tag=tag)
+    """Receive one pickled object from `source`, or raise :class:`PeerTimeoutError`.
+
+    Probes first, so the object may be of any size (a bare ``irecv`` has a fixed
+    buffer and truncates large pickles).
+    """
     while True:
-        done, obj = req.test()
-        if done:
-            return obj
+        msg = comm.improbe(source=source, tag=tag)
+        if msg is not None:
+            return msg.recv()
         if time.monotonic() > deadline:
-            req.Cancel()
             raise PeerTimeoutError(f"{what}: rank(s) [{source}] did not answer in time")
         time.sleep(1e-4)
 
