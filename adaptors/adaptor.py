@@ -1,0 +1,408 @@
+"""The adaptor a simulation calls: initialize / execute / results / finalize.
+
+Catalyst's shape, Ascent's actions::
+
+    import adaptors
+    adaptors.initialize("insitu.yaml", comm=MPI.COMM_WORLD)
+    for step in range(n):
+        advance()
+        adaptors.execute(step, t, mesh)        # Blueprint dicts, host or device arrays
+        if adaptors.results()["stop"]:
+            break
+    adaptors.finalize()
+
+or ``with adaptors.Adaptor(config, comm) as insitu: insitu.execute(...)``. Every rank
+calls every function (SPMD). With ``exceptions: catch`` (the default) a failing step
+is logged, recorded in ``results()["errors"]`` and ``execute`` returns False: the
+simulation goes on. Steering (camera, iso values, colormap, user parameters, stop)
+arrives through :meth:`Adaptor.steer`, a steering file, or a viewer, and applies from
+the next ``execute``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+import time as _time
+from typing import Any, Mapping
+
+from insitu import arrays
+from insitu.engine import get_engine
+
+from . import mesh as _mesh
+from .config import load
+from .errors import ConfigError, MeshError, NotInitializedError
+from .extracts import FrameStream, write_hdf5
+from .pipelines import Context, Dataset, run_pipeline
+from .scenes import SceneRenderer, camera_for
+from .triggers import evaluate
+
+__all__ = ["Adaptor", "STEERABLE", "about", "execute", "finalize", "initialize", "results", "steer"]
+
+#: Keys a steering update may hold.
+STEERABLE = ("camera", "iso_values", "colormap", "params", "stop")
+
+
+class Adaptor:
+    """In-situ visualization for one simulation (all of its ranks).
+
+    Parameters
+    ----------
+    config : dict, str or path
+        The configuration (see :mod:`adaptors.config`), YAML/JSON text or a file.
+    comm : mpi4py communicator, optional
+        The simulation's ranks; ``None``: one process.
+
+    Raises
+    ------
+    ConfigError
+        The configuration is malformed (every problem listed with its path).
+    """
+
+    def __init__(self, config, comm=None) -> None:
+        self.config = load(config)
+        get_engine(self.config["engine"])
+        self.comm = comm
+        self.ctx = Context(comm)
+        self.rank, self.size = self.ctx.rank, self.ctx.size
+        self._scenes = SceneRenderer(self.ctx)
+        self._streams: dict[str, FrameStream] = {}
+        self._errors: list[str] = []
+        self._step: int | None = None
+        self._time: float | None = None
+        self._frames: list[str] = []
+        self._timings: dict[str, float] = {}
+        self._executes = 0
+        self._steer_mtime: float | None = None
+        self._steering = {"camera": {}, "iso_values": {}, "colormap": None,
+                          "params": dict(self.config.get("params") or {}), "stop": False}
+        triggered = {a for t in self.config["triggers"].values() for a in t["actions"]}
+        self._always = [n for n in (*self.config["scenes"], *self.config["extracts"]) if n not in triggered]
+        self._open = True
+
+    # -- steering ---------------------------------------------------------------------------
+
+    def steer(self, updates: Mapping[str, Any]) -> None:
+        """Apply steering from the next ``execute`` on (call it on every rank, or give
+        the config a steering file that rank 0 reads).
+
+        Parameters
+        ----------
+        updates : mapping
+            ``camera``: render camera keys (azimuth, elevation, zoom, position, ...);
+            ``iso_values``: a list for every contour, or ``{pipeline: [values]}``;
+            ``colormap``: a colormap name for every plot; ``params``: ``{name: number}``;
+            ``stop``: ask the simulation to stop (``results()["stop"]``).
+        """
+        bad = [k for k in updates if k not in STEERABLE]
+        if bad:
+            raise ValueError(f"steer: unknown key(s) {', '.join(map(repr, bad))}; known: {', '.join(STEERABLE)}")
+        s = self._steering
+        if "camera" in updates:
+            from .config import SCHEMA
+
+            cam = dict(updates["camera"] or {})
+            unknown = [k for k in cam if k not in SCHEMA["camera"]]
+            if unknown:
+                raise ValueError(f"steer: camera: unknown key(s) {unknown}; known: {', '.join(SCHEMA['camera'])}")
+            s["camera"].update(cam)
+        if "iso_values" in updates:
+            iso = updates["iso_values"]
+            contours = [p for p, fl in self.config["pipelines"].items()
+                        if any(f.get("type") == "contour" for f in fl.values())]
+            if isinstance(iso, Mapping):
+                unknown = [p for p in iso if p not in contours]
+                if unknown:
+                    raise ValueError(f"steer: iso_values: {unknown} are not pipelines with a contour; "
+                                     f"known: {', '.join(contours) or 'none'}")
+                items = dict(iso)
+            else:
+                items = {p: iso for p in contours}
+            for p, v in items.items():
+                vals = [v] if isinstance(v, (int, float)) else list(v)
+                if not vals or not all(isinstance(x, (int, float)) and x == x for x in vals):
+                    raise ValueError(f"steer: iso_values for {p!r}: expected numbers, got {v!r}")
+                s["iso_values"][p] = [float(x) for x in vals]
+        if "colormap" in updates:
+            from render.colormap import table
+
+            table(updates["colormap"])  # unknown names raise with the known ones
+            s["colormap"] = updates["colormap"]
+        if "params" in updates:
+            for k, v in dict(updates["params"]).items():
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise ValueError(f"steer: params/{k}: expected a number, got {v!r}")
+                s["params"][k] = float(v)
+        if "stop" in updates:
+            s["stop"] = bool(updates["stop"])
+
+    def _poll_steering_file(self) -> None:
+        sfile = (self.config.get("steering") or {}).get("file")
+        if not sfile:
+            return
+        update, problem = None, None
+        if self.rank == 0:
+            try:
+                mtime = os.stat(sfile).st_mtime_ns
+            except OSError:
+                mtime = None
+            if mtime is not None and mtime != self._steer_mtime:
+                self._steer_mtime = mtime
+                try:
+                    with open(sfile) as f:
+                        update = json.load(f)
+                    if not isinstance(update, dict):
+                        raise ValueError(f"expected a JSON object, got {type(update).__name__}")
+                except (OSError, ValueError) as e:
+                    update, problem = None, f"steering file {sfile}: {e}"
+        if self.comm is not None:
+            update, problem = self.comm.bcast((update, problem), root=0)
+        if problem:
+            self._record(problem)
+        if update:
+            try:
+                self.steer(update)
+            except ValueError as e:
+                self._record(f"steering file {sfile}: {e}")
+
+    # -- the step -----------------------------------------------------------------------------
+
+    def execute(self, step: int, time: float, mesh) -> bool:
+        """Run the configured pipelines, scenes, extracts and triggers on this step's mesh.
+
+        Returns True when everything ran; False when something failed (logged and
+        recorded in ``results()["errors"]``), unless ``exceptions: forward`` made it raise.
+        """
+        if not self._open:
+            raise NotInitializedError("execute: the adaptor was finalized")
+        t0 = _time.perf_counter()
+        try:
+            self._execute(int(step), float(time), mesh)
+            ok = True
+        except Exception as e:
+            self._record(f"step {step}: {type(e).__name__}: {e}"
+                         + "".join(f" [{n}]" for n in getattr(e, "__notes__", [])))
+            if self.config["exceptions"] == "forward":
+                raise
+            ok = False
+        self._timings["execute"] = _time.perf_counter() - t0
+        self._executes += 1
+        return ok
+
+    def _execute(self, step: int, time: float, mesh) -> None:
+        self._poll_steering_file()
+        self._step, self._time, self._frames = step, time, []
+        domains, error = [], None
+        try:
+            domains = _mesh.parse(mesh, ghost_field=self.config["ghost_field"])
+            self._check_fields(domains)
+        except (MeshError, ValueError, TypeError) as e:
+            error = e
+        self.ctx.agree(error, f"mesh of step {step}")
+        raw = Dataset(domains)
+        active = self._active(step, time, domains)
+        needed = {p["pipeline"] for s in active if s in self.config["scenes"]
+                  for p in self.config["scenes"][s]["plots"].values() if p.get("pipeline")}
+        datasets = {}
+        for name in self.config["pipelines"]:
+            if name in needed:
+                steer = {f: {"iso_values": self._steering["iso_values"][name]}
+                         for f, flt in self.config["pipelines"][name].items()
+                         if flt["type"] == "contour" and name in self._steering["iso_values"]}
+                datasets[name] = run_pipeline(name, self.config["pipelines"][name], domains, self.ctx, steer)
+        images = {}
+        for sname in (s for s in self.config["scenes"] if s in active):
+            out = self._scenes.render(sname, self.config["scenes"][sname], datasets, raw, self._steering, step)
+            for rname, (rgba, path) in out.items():
+                images[f"{sname}/{rname}"] = rgba
+                if path:
+                    from render.image import write_png
+
+                    self._frames.append(write_png(path, rgba))
+        for ename in (e for e in self.config["extracts"] if e in active):
+            self._extract(ename, self.config["extracts"][ename], images, domains, step, time)
+
+    def _check_fields(self, domains) -> None:
+        """Every field the configuration names exists (so no rank fails inside a collective)."""
+        have = set.intersection(*(set(d.fields) for d in domains)) if domains else None
+        if have is None:
+            return
+        for pname, filters in self.config["pipelines"].items():
+            avail = set(have)
+            for fname, f in filters.items():
+                prm = f["params"]
+                names = [prm.get("field")]
+                if f["type"] == "eikonal" and not _is_number(prm["speed"]):
+                    names = [prm["speed"]]
+                for n in names:
+                    if n is not None and n not in avail:
+                        raise MeshError(f"pipelines/{pname}/{fname}: no field {n!r} in the mesh; "
+                                        f"fields: {', '.join(sorted(avail))}")
+                if f["type"] == "eikonal":
+                    avail.add(prm["output"])
+                if f["type"] == "threshold":
+                    avail.add(f"{prm['field']}__kept")
+        for sname, s in self.config["scenes"].items():
+            for plname, p in s["plots"].items():
+                if p.get("field") and not p.get("pipeline") and p["field"] not in have:
+                    raise MeshError(f"scenes/{sname}/plots/{plname}: no field {p['field']!r} in the mesh; "
+                                    f"fields: {', '.join(sorted(have))}")
+
+    def _active(self, step: int, time: float, domains) -> set[str]:
+        active = set(self._always)
+        for tname, t in self.config["triggers"].items():
+            if t.get("every") is not None:
+                fire = step % t["every"] == 0
+            else:
+                fire = evaluate(t["condition"], cycle=step, time=time,
+                                reduce=lambda op, f: self.ctx.reduce_field(domains, f, op),
+                                param=lambda k: self._param(k, f"triggers/{tname}"))
+            if fire:
+                active.update(t["actions"])
+        return active
+
+    def _param(self, name: str, where: str) -> float:
+        if name not in self._steering["params"]:
+            raise KeyError(f"{where}: no user parameter {name!r}; params: "
+                           f"{', '.join(sorted(self._steering['params'])) or 'none'}")
+        return self._steering["params"][name]
+
+    def _extract(self, name: str, e: Mapping, images: Mapping, domains, step: int, time: float) -> None:
+        prm = e["params"]
+        if e["type"] == "hdf5":
+            write_hdf5(prm["path"], domains, prm.get("fields"), step=step, time=time, rank=self.rank,
+                       nranks=self.size)
+            return
+        if self.rank != 0:
+            return
+        want = prm.get("scene")
+        keys = [k for k in images if want is None or k == want or k.split("/")[0] == want]
+        if not keys:
+            return
+        stream = self._streams.get(name)
+        if stream is None:
+            stream = self._streams[name] = FrameStream(prm["filename"], prm["engine"])
+        scene, render = keys[0].split("/")
+        r = self.config["scenes"][scene]["renders"][render]
+        cam_cfg = {**r["camera"], **self._steering["camera"]}
+        cam = camera_for(cam_cfg, self.ctx.bounds(domains)) if self.size == 1 else None
+        stream.write(images[keys[0]], step=step, time=time, camera=cam, attributes={"render": keys[0]})
+
+    def _record(self, message: str) -> None:
+        self._errors.append(message)
+        del self._errors[:-100]  # keep the newest
+        if self.config["log"] != "quiet":
+            print(f"[insitu rank {self.rank}] {message}", file=sys.stderr, flush=True)
+
+    # -- reporting ------------------------------------------------------------------------------
+
+    def results(self) -> dict:
+        """What comes back to the simulation: steering values, a stop request, errors.
+
+        Returns
+        -------
+        dict
+            ``step``, ``time``, ``stop``, ``iso_values`` ({pipeline: values in use}),
+            ``camera`` (steered camera keys), ``colormap``, ``params``, ``errors`` (newest
+            last), ``frames`` (images written by the last step), ``timings`` (seconds).
+        """
+        iso = {}
+        for p, filters in self.config["pipelines"].items():
+            for f in filters.values():
+                if f.get("type") == "contour":
+                    iso[p] = self._steering["iso_values"].get(p, f["params"].get("iso_values"))
+        s = self._steering
+        return {"step": self._step, "time": self._time, "stop": s["stop"], "iso_values": copy.deepcopy(iso),
+                "camera": dict(s["camera"]), "colormap": s["colormap"], "params": dict(s["params"]),
+                "errors": list(self._errors), "frames": list(self._frames), "timings": dict(self._timings)}
+
+    def about(self) -> dict:
+        """Versions, engine, ranks, devices, what is configured, and the errors so far."""
+        import insitu
+
+        return {"insitu": insitu.__version__, "engine": self.config["engine"], "ranks": self.size,
+                "rank": self.rank, "cuda": arrays.cuda_available(), "pipelines": list(self.config["pipelines"]),
+                "scenes": list(self.config["scenes"]), "extracts": list(self.config["extracts"]),
+                "triggers": list(self.config["triggers"]), "executes": self._executes,
+                "errors": list(self._errors)}
+
+    def finalize(self) -> None:
+        """Close streams and renderers; the adaptor cannot execute afterwards."""
+        if not self._open:
+            return
+        self._open = False
+        for s in self._streams.values():
+            s.close()
+        self._streams.clear()
+        self._scenes.close()
+
+    def __enter__(self) -> "Adaptor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.finalize()
+
+
+def _is_number(s) -> bool:
+    try:
+        float(s)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+# -- Catalyst-style module functions over one adaptor per process -------------------------------
+
+_current: Adaptor | None = None
+
+
+def _get(what: str) -> Adaptor:
+    if _current is None:
+        raise NotInitializedError(f"{what}: call adaptors.initialize(config, comm) first")
+    return _current
+
+
+def initialize(config, comm=None) -> Adaptor:
+    """Start in-situ visualization for this process (see :class:`Adaptor`)."""
+    global _current
+    if _current is not None:
+        _current.finalize()
+    _current = None
+    _current = Adaptor(config, comm)
+    return _current
+
+
+def execute(step: int, time: float, mesh) -> bool:
+    """:meth:`Adaptor.execute` on the adaptor made by :func:`initialize`."""
+    return _get("execute").execute(step, time, mesh)
+
+
+def results() -> dict:
+    """:meth:`Adaptor.results` of the current adaptor."""
+    return _get("results").results()
+
+
+def steer(updates: Mapping[str, Any]) -> None:
+    """:meth:`Adaptor.steer` on the current adaptor."""
+    _get("steer").steer(updates)
+
+
+def about() -> dict:
+    """:meth:`Adaptor.about` of the current adaptor (versions and the configuration
+    summary; without one, just the versions)."""
+    if _current is None:
+        import insitu
+
+        return {"insitu": insitu.__version__, "initialized": False, "cuda": arrays.cuda_available()}
+    return {**_current.about(), "initialized": True}
+
+
+def finalize() -> None:
+    """Finish: close streams and renderers."""
+    global _current
+    if _current is not None:
+        _current.finalize()
+    _current = None
+
