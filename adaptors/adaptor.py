@@ -243,7 +243,7 @@ class Adaptor:
                 if f["type"] == "eikonal":
                     avail.add(prm["output"])
                 if f["type"] == "threshold":
-                    avail.add(f"{prm['field']}__kept")
+                    avail.update((f"{prm['field']}__kept", f"{prm['field']}__thresholded"))
         for sname, s in self.config["scenes"].items():
             for plname, p in s["plots"].items():
                 if p.get("field") and not p.get("pipeline") and p["field"] not in have:

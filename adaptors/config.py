@@ -106,7 +106,7 @@ def _what(v) -> str:
 P = Param
 _COLOR_TABLE = {
     "name": P("str", "colormap: viridis, plasma, inferno, magma, cividis, coolwarm, grayscale", "viridis"),
-    "opacity": P("opacity", "volume plots: [value, opacity] control points (opacity per unit length)"),
+    "opacity": P("opacity", "volume plots: [value, opacity] control points; opacity is reached over one world unit of length"),
 }
 _CAMERA = {
     "azimuth": P("number", "degrees around the up axis, from the default view", 0.0),
@@ -251,8 +251,8 @@ def validate(config) -> dict:
                      for name, s in _named(out.get("scenes"), "scenes", problems).items()}
     out["extracts"] = {name: _typed(e, f"extracts/{name}", SCHEMA["extracts"], "extract", problems)
                        for name, e in _named(out.get("extracts"), "extracts", problems).items()}
-    out["triggers"] = {}
-    for name, t in _named(out.get("triggers"), "triggers", problems).items():
+    given_triggers, out["triggers"] = _named(out.get("triggers"), "triggers", problems), {}
+    for name, t in given_triggers.items():
         path = f"triggers/{name}"
         t = _params(t, SCHEMA["trigger"], path, problems)
         if (t.get("condition") is None) == (t.get("every") is None):

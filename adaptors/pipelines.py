@@ -100,6 +100,8 @@ class Surface:
 class Dataset:
     domains: list[Domain]
     surface: Surface | None = None
+    #: Field a volume plot of this dataset ray casts instead of the named one (a threshold's masked copy).
+    volume_names: dict = dataclasses.field(default_factory=dict)
 
     def surface_parts(self, color: str | None) -> list[tuple]:
         """Per domain: (verts, faces, normals, values) of the surface, coloured by `color`."""
@@ -128,23 +130,23 @@ def contour(ds: Dataset, params: Mapping, ctx: Context, steer: Mapping) -> Datas
         lo, hi = ctx.reduce_field(ds.domains, field, "min"), ctx.reduce_field(ds.domains, field, "max")
         n = int(params["levels"])
         levels = [lo + (hi - lo) * (i + 1) / (n + 1) for i in range(n)]
-    return Dataset(ds.domains, Surface(field, [float(v) for v in levels], field))
+    return Dataset(ds.domains, Surface(field, [float(v) for v in levels], field), ds.volume_names)
 
 
 def threshold(ds: Dataset, params: Mapping, ctx: Context, steer: Mapping) -> Dataset:
     field, lo, hi = params["field"], params["min_value"], params["max_value"]
     _require(ds, field)
     out = []
-    kept = f"{field}__kept"
+    kept, masked = f"{field}__kept", f"{field}__thresholded"
     for d in ds.domains:
         f = d.fields[field]
         xp = arrays.get_array_module(f.values)
         inside = (f.values >= lo) & (f.values <= hi)
-        vals = xp.where(inside, f.values, xp.nan) if f.values.dtype.kind == "f" else f.values
-        d = _with_field(d, field, Field(f.association, vals))
-        out.append(_with_field(d, kept, Field(f.association, inside.astype(xp.float32))))
-    # Its surface: the boundary of the kept region (the indicator's 0.5 level).
-    return Dataset(out, Surface(kept, [0.5], field))
+        d = _with_field(d, kept, Field(f.association, inside.astype(xp.float32)))
+        # NaN is transparent to the ray caster: volume plots of this pipeline see the kept cells only.
+        out.append(_with_field(d, masked, Field(f.association, xp.where(inside, f.values.astype(xp.float64), xp.nan))))
+    # Its surface: the boundary of the kept region (the indicator's 0.5 level), coloured by the field.
+    return Dataset(out, Surface(kept, [0.5], field), {**ds.volume_names, field: masked})
 
 
 def eikonal(ds: Dataset, params: Mapping, ctx: Context, steer: Mapping) -> Dataset:
@@ -152,7 +154,7 @@ def eikonal(ds: Dataset, params: Mapping, ctx: Context, steer: Mapping) -> Datas
 
     times = arrival_times(ds.domains, params, ctx)
     out = [_with_field(d, params["output"], Field("vertex", t)) for d, t in zip(ds.domains, times)]
-    return Dataset(out, ds.surface)
+    return Dataset(out, ds.surface, ds.volume_names)
 
 
 #: Filters by the type name a configuration uses.

@@ -160,12 +160,13 @@ class SceneRenderer:
                     surface = (xp.where(nearer, rgba, surface[0]), xp.minimum(depth, surface[1]))
             else:
                 opacity = p["color_table"].get("opacity")
-                tf = TransferFunction.from_colormap(cmap, lo, max(hi, lo + 1e-12),
+                # Opacity in the config is reached over one world unit, whatever the grid spacing.
+                tf = TransferFunction.from_colormap(cmap, lo, max(hi, lo + 1e-12), unit_length=1.0,
                                                     opacity=[tuple(x) for x in opacity] if opacity else None)
                 order = _front_to_back([d.box for d in ds.domains], cam.position)
                 for i in order:
                     d = ds.domains[i]
-                    img, _ = ray_cast(d.vertex_values(field), cam, w, h, tf, spacing=d.spacing,
+                    img, _ = ray_cast(d.vertex_values(ds.volume_names.get(field, field)), cam, w, h, tf, spacing=d.spacing,
                                       origin=d.node_origin, extent=d.box, bounds=bounds)
                     volume = img if volume is None else over(volume, img)
         return surface, volume
