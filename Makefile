@@ -1,5 +1,5 @@
 # insitu: build and test entry points.
-#   make demo      install everything (system libs, .venv) and run the 4-rank halo and in-situ render demos
+#   make demo      install everything (system libs, .venv) and run the 4-rank in-situ eikonal demo (out/eikonal/)
 #   make test      install everything and run the CPU test suite (what CI runs)
 #   make gpu-test  GPU machine only: run tests/gpu with that machine's own Python env
 #   make clean     remove .venv, build outputs and caches
@@ -32,8 +32,7 @@ test: system venv
 
 demo: system venv
 	@mkdir -p out
-	$(VENV_PATH) $(VENV)/bin/mpiexec -n 4 $(VPY) examples/halo_demo.py --out out/halo_demo.png
-	$(VENV_PATH) $(VENV)/bin/mpiexec -n 4 $(VPY) examples/render_demo.py --out out/render_demo
+	$(VENV_PATH) $(VENV)/bin/mpiexec -n 4 $(VPY) examples/eikonal_insitu.py --out out/eikonal
 
 # For the GPU machine, which has its own Python environment (CuPy, CUDA bindings, the
 # package installed there) and no .venv: uses whatever `python3` is on PATH.

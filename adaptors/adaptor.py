@@ -30,6 +30,7 @@ from typing import Any, Mapping
 
 from insitu import arrays
 from insitu.engine import get_engine
+from insitu.launch import share_cpu_threads
 
 from . import mesh as _mesh
 from .config import load
@@ -65,6 +66,7 @@ class Adaptor:
         self.config = load(config)
         get_engine(self.config["engine"])
         self.comm = comm
+        share_cpu_threads(comm)  # CPU kernels: the node's cores shared among its ranks
         self.ctx = Context(comm)
         self.rank, self.size = self.ctx.rank, self.ctx.size
         self._scenes = SceneRenderer(self.ctx)

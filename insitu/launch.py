@@ -8,7 +8,7 @@ import subprocess
 import sys
 from typing import Sequence
 
-__all__ = ["mpiexec", "run_mpi"]
+__all__ = ["mpiexec", "run_mpi", "share_cpu_threads"]
 
 
 def mpiexec() -> list[str]:
@@ -44,3 +44,25 @@ def run_mpi(n: int, args: Sequence[str], *, timeout: float = 300, env: dict | No
     if env:
         e.update(env)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e, check=check)
+
+
+def share_cpu_threads(comm) -> int | None:
+    """Give each rank of a node an equal share of its cores for Numba's threads.
+
+    ``mpirun -n 8`` on a 16-core node would otherwise start 8 x 16 threads whenever
+    the CPU kernels run in parallel, starving the simulation. Leaves an explicit
+    ``NUMBA_NUM_THREADS`` alone. Returns the thread count set (``None``: unchanged).
+    """
+    if comm is None or comm.Get_size() == 1 or "NUMBA_NUM_THREADS" in os.environ:
+        return None
+    from mpi4py import MPI
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    local = node.Get_size()
+    node.Free()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    n = max(1, cores // local)
+    import numba
+
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    return n

@@ -52,3 +52,30 @@ def test_render_demo_writes_composited_images(mpi, tmp_path):
         img = np.asarray(Image.open(f"{out}_{kind}.png"))
         assert img.shape == (72, 96, 4)
         assert 0.005 < (img[..., 3] > 0).mean() < 0.9  # something drawn, not everything
+
+
+def test_eikonal_insitu_writes_a_frame_per_step_and_steering_shows_next_frame(mpi, tmp_path):
+    import adios2
+
+    common = ["--shape", 24, 22, 20, "--steps", 6, "--size", 96, 72]
+    script = os.path.join(ROOT, "examples", "eikonal_insitu.py")
+    steered = mpi(2, script, *common, "--steer-at", 4, "--steer-iso", 0.15, "--out", tmp_path / "a")
+    assert steered.returncode == 0, steered.stdout + steered.stderr
+    fixed = mpi(2, script, *common, "--iso", 0.15, "--out", tmp_path / "b")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "failed_steps=0" in steered.stdout and "step   4 change" in steered.stdout
+
+    def frame(run, step):
+        return np.asarray(Image.open(tmp_path / run / f"frame_{step:04d}.png"))
+
+    for step in range(6):
+        assert frame("a", step).shape == (72, 96, 4)
+    # From the steered step on, the frames are those of a run with that iso value from the start.
+    for step in (4, 5):
+        np.testing.assert_array_equal(frame("a", step), frame("b", step))
+    assert not np.array_equal(frame("a", 3), frame("b", 3))
+    with adios2.FileReader(str(tmp_path / "a" / "frames.bp")) as f:
+        steps = f.read("step", step_selection=[0, 6]).ravel()
+        img = f.read("image", step_selection=[5, 1]).reshape(72, 96, 4)
+    assert list(steps) == list(range(6))
+    np.testing.assert_array_equal(img, frame("a", 5))
