@@ -236,7 +236,10 @@ def mesh_from_description(domains: list[dict], step: int, time: float) -> list[d
     insitu.arrays.DeviceUnavailableError
         A field is in CUDA memory and CuPy or a CUDA device is not usable.
     """
+    from insitu.arrays import DeviceUnavailableError
+
     problems: list[str] = []
+    unavailable: list[DeviceUnavailableError] = []
     out = []
     ids: dict[int, int] = {}
     for n, d in enumerate(domains):
@@ -265,7 +268,11 @@ def mesh_from_description(domains: list[dict], step: int, time: float) -> list[d
             if f["name"] in fields:
                 problems.append(f"{fwhere}: name repeats another field of this domain")
                 continue
-            values = _field_array(f, fwhere, dims, problems)
+            try:
+                values = _field_array(f, fwhere, dims, problems)
+            except DeviceUnavailableError as exc:  # reported after the mesh's own problems
+                unavailable.append(exc)
+                values = None
             fields[f["name"]] = {
                 "association": ASSOCIATIONS.get(f["association"], ("", "?"))[1],
                 "topology": "mesh",
@@ -283,6 +290,8 @@ def mesh_from_description(domains: list[dict], step: int, time: float) -> list[d
         })
     if problems:
         raise MeshError("invalid mesh: " + "; ".join(problems))
+    if unavailable:
+        raise unavailable[0]
     return out
 
 
@@ -308,6 +317,12 @@ class _NotInitialized(RuntimeError):
 class _ExecuteFailed(RuntimeError):
     """The adaptor's execute returned False (its errors are in results()['errors'])."""
 
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("; ".join(errors) or "the adaptor's execute returned False")
+        # The adaptor records "step N: MeshError: ..." for a mesh it rejects (a field a
+        # pipeline needs is missing, say): report those as mesh errors.
+        self.mesh = bool(errors) and all(": MeshError: " in e or e.startswith("MeshError: ") for e in errors)
+
 
 def _status_of(exc: BaseException, *, during: str) -> Status:
     from insitu.arrays import DeviceUnavailableError
@@ -319,11 +334,12 @@ def _status_of(exc: BaseException, *, during: str) -> Status:
     if isinstance(exc, _NotInitialized):
         return Status.ERR_NOT_INITIALIZED
     if isinstance(exc, _ExecuteFailed):
-        return Status.ERR_EXECUTE
+        return Status.ERR_MESH if exc.mesh else Status.ERR_EXECUTE
     if isinstance(exc, _NotFound):
         return Status.ERR_NOT_FOUND
     impl = _impl or sys.modules.get(os.environ.get("INSITU_ADAPTOR") or "adaptors")
-    for attr, status in (("ConfigError", Status.ERR_CONFIG), ("NotInitializedError", Status.ERR_NOT_INITIALIZED)):
+    for attr, status in (("ConfigError", Status.ERR_CONFIG), ("NotInitializedError", Status.ERR_NOT_INITIALIZED),
+                         ("MeshError", Status.ERR_MESH)):
         cls = getattr(impl, attr, None)
         if isinstance(cls, type) and isinstance(exc, cls):
             return status
@@ -407,7 +423,7 @@ def execute(step: int, time: float, domains: list[dict]) -> tuple[int, str, Any]
         if ok is False:
             errs = _errors(impl)
             new = errs[n0:] if len(errs) > n0 else errs[-1:]
-            raise _ExecuteFailed("; ".join(map(str, new)) or "the adaptor's execute returned False")
+            raise _ExecuteFailed([str(e) for e in new])
 
     return _guard("execute", run)
 

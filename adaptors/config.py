@@ -87,6 +87,8 @@ class Param:
             if ok and k in ("points", "opacity"):
                 n = 3 if k == "points" else 2
                 ok = all(isinstance(p, list) and len(p) == n and all(_num(v) for v in p) for p in value)
+                if ok and k == "opacity" and not all(0 <= p[1] <= 1 for p in value):
+                    want, ok = "opacities in [0, 1]", False
             elif ok:
                 ok = all(_num(v) for v in value) and (k != "point" or len(value) == 3)
             if not ok:

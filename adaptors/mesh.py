@@ -74,12 +74,14 @@ class Domain:
     def vertex_values(self, name: str):
         """Field `name` at the nodes spanning the real cells (element fields recentred:
         each node the mean of its up to 8 cells; a view for vertex fields)."""
+        return self.vertex_array(name)[self.nodes]
+
+    def vertex_array(self, name: str):
+        """Field `name` at every node of the domain, ghosts included (element fields recentred)."""
         f = self.fields.get(name)
         if f is None:
             raise MeshError(f"domain {self.domain_id}: no field {name!r}; fields: {', '.join(sorted(self.fields))}")
-        if f.association == "vertex":
-            return f.values[self.nodes]
-        return _recentre(f.values)[self.nodes]
+        return f.values if f.association == "vertex" else _recentre(f.values)
 
     def real_values(self, name: str):
         """Field `name` over the real part only (nodes or cells by its association)."""

@@ -112,9 +112,12 @@ class Dataset:
         s = self.surface
         parts = []
         for d in self.domains:
-            vol = d.vertex_values(s.field)
-            vals = d.vertex_values(color or s.color_default)
-            parts.append(marching_cubes(vol, s.levels, spacing=d.spacing, origin=d.node_origin, values=vals))
+            # The whole domain goes in, its real cells are contoured: ghost samples shape
+            # the normals at the domain's faces exactly as a neighbour's samples would.
+            vol = d.vertex_array(s.field)
+            vals = d.vertex_array(color or s.color_default)
+            parts.append(marching_cubes(vol, s.levels, spacing=d.spacing, origin=d.origin, values=vals,
+                                        region=d.cells))
         return parts
 
 

@@ -162,7 +162,7 @@ def _levels(level, vol, name: str = "volume") -> list[float]:
 
 def marching_cubes(volume, level: float | Sequence[float] | None = None, *,
                    spacing: Sequence[float] = (1.0, 1.0, 1.0), origin: Sequence[float] = (0.0, 0.0, 0.0),
-                   values=None, out: Sequence | None = None):
+                   values=None, out: Sequence | None = None, region: Sequence[Sequence[int]] | None = None):
     """Isosurface(s) of `volume`.
 
     Parameters
@@ -180,6 +180,10 @@ def marching_cubes(volume, level: float | Sequence[float] | None = None, *,
         Buffers to write the mesh into (a renderer's vertex and index buffers, say):
         float32 (>= V, 3), int32 (>= F, 3), float32 (>= V, 3)[, float32 (>= V,)]. The
         results are then views of their first V / F rows.
+    region : ((i0, j0, k0), (i1, j1, k1)), optional
+        Contour only the cells ``[i0, i1) x [j0, j1) x [k0, k1)`` (a domain's real cells);
+        the samples one beyond the region (ghosts) still shape the gradient normals,
+        so adjacent regions' normals agree. Default: every cell.
 
     Returns
     -------
@@ -193,11 +197,22 @@ def marching_cubes(volume, level: float | Sequence[float] | None = None, *,
         Only when `values` is given: that field at the vertices.
     """
     vol = _check_volume(volume)
-    vals = None if values is None else _check_values(values, vol.shape, "values")
+    vals = None if values is None or region is not None else _check_values(values, vol.shape, "values")
     levels = _levels(level, vol)
-    hi = [n - 1 for n in vol.shape]
+    lo, hi, ext = (0, 0, 0), [n - 1 for n in vol.shape], None
+    if region is not None:
+        try:
+            lo, hi = [int(v) for v in region[0]], [int(v) for v in region[1]]
+        except (TypeError, ValueError, IndexError):
+            raise ValueError(f"region: expected ((i0, j0, k0), (i1, j1, k1)), got {region!r}") from None
+        if len(lo) != 3 or len(hi) != 3 or any(not 0 <= a < b <= n - 1 for a, b, n in zip(lo, hi, vol.shape)):
+            raise ValueError(f"region: cells {region!r} must be a non-empty box inside the "
+                             f"{tuple(n - 1 for n in vol.shape)} cells of the volume")
+        ext = [max(a - 1, 0) for a in lo] + [min(b + 1, n - 1) for b, n in zip(hi, vol.shape)]
+        if values is not None:
+            vals = _check_values(values, vol.shape, "values", tuple(slice(a, b + 1) for a, b in zip(ext[:3], ext[3:])))
     direct = out is not None and _direct(out, vol, values is not None)
-    mesh = _mesh(vol, levels, (0, 0, 0), hi, spacing=tuple(spacing), origin=tuple(origin), vals=vals,
+    mesh = _mesh(vol, levels, tuple(lo), hi, spacing=tuple(spacing), origin=tuple(origin), ext=ext, vals=vals,
                  out=out if direct else None)
     mesh = mesh[:4] if values is not None else mesh[:3]
     return _write_into(mesh, out) if out is not None and not direct else mesh
