@@ -83,11 +83,27 @@ class SceneRenderer:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._surfaces: dict = {}
+        self._tfs: dict = {}
 
     def close(self) -> None:
         for r in self._surfaces.values():
             r.close()
         self._surfaces.clear()
+
+    def _transfer_function(self, cmap: str, lo: float, hi: float, opacity):
+        """The same transfer function object while its settings stay: its table goes to
+        the GPU once, not every step."""
+        from render.volume import TransferFunction
+
+        key = (cmap, lo, hi, None if opacity is None else tuple(tuple(p) for p in opacity))
+        tf = self._tfs.get(key)
+        if tf is None:
+            if len(self._tfs) >= 16:
+                self._tfs.pop(next(iter(self._tfs)))
+            # Opacity in the config is reached over one world unit, whatever the grid spacing.
+            tf = self._tfs[key] = TransferFunction.from_colormap(cmap, lo, hi, unit_length=1.0,
+                                                                 opacity=[tuple(x) for x in opacity] if opacity else None)
+        return tf
 
     def _surface_renderer(self, w: int, h: int):
         r = self._surfaces.get((w, h))
@@ -137,7 +153,7 @@ class SceneRenderer:
         return out
 
     def _local(self, plots, cam, w, h, bounds):
-        from render.volume import TransferFunction, over, ray_cast
+        from render.volume import over, ray_cast
 
         surface = volume = None
         for pname, p, ds, field, lo, hi, cmap in plots:
@@ -160,9 +176,7 @@ class SceneRenderer:
                     surface = (xp.where(nearer, rgba, surface[0]), xp.minimum(depth, surface[1]))
             else:
                 opacity = p["color_table"].get("opacity")
-                # Opacity in the config is reached over one world unit, whatever the grid spacing.
-                tf = TransferFunction.from_colormap(cmap, lo, max(hi, lo + 1e-12), unit_length=1.0,
-                                                    opacity=[tuple(x) for x in opacity] if opacity else None)
+                tf = self._transfer_function(cmap, lo, max(hi, lo + 1e-12), opacity)
                 order = _front_to_back([d.box for d in ds.domains], cam.position)
                 for i in order:
                     d = ds.domains[i]
