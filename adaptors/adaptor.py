@@ -196,6 +196,8 @@ class Adaptor:
     def _execute(self, step: int, time: float, mesh) -> None:
         self._poll_steering_file()
         self._step, self._time, self._frames = step, time, []
+        if not self._busy(step):
+            return  # nothing runs this step: the mesh is not even looked at
         domains, error = [], None
         try:
             domains = _mesh.parse(mesh, ghost_field=self.config["ghost_field"])
@@ -225,6 +227,12 @@ class Adaptor:
                     self._frames.append(write_png(path, rgba))
         for ename in (e for e in self.config["extracts"] if e in active):
             self._extract(ename, self.config["extracts"][ename], images, domains, step, time)
+
+    def _busy(self, step: int) -> bool:
+        """Whether anything may run this step (conditions need the mesh to decide)."""
+        if self._always:
+            return True
+        return any(t.get("every") is None or step % t["every"] == 0 for t in self.config["triggers"].values())
 
     def _check_fields(self, domains) -> None:
         """Every field the configuration names exists (so no rank fails inside a collective)."""

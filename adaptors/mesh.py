@@ -223,7 +223,23 @@ def _values(v, shape: tuple, path: str):
     return a
 
 
+_box_cache: dict = {}
+
+
 def _real_box(g, path: str):
+    """The box of real cells; read once per ghost array (keyed by its memory and layout:
+    hand a new array when the ghost layout changes, not the same one rewritten)."""
+    key = (arrays.data_pointer(g), g.shape, g.strides, str(g.dtype), arrays.backend_of(g))
+    box = _box_cache.get(key)
+    if box is None:
+        box = _find_real_box(g, path)
+        if len(_box_cache) > 256:
+            _box_cache.clear()
+        _box_cache[key] = box
+    return box
+
+
+def _find_real_box(g, path: str):
     xp = arrays.get_array_module(g)
     real = g == 0
     lo, hi = [], []
