@@ -70,7 +70,7 @@ class Adaptor:
         self.ctx = Context(comm)
         self.rank, self.size = self.ctx.rank, self.ctx.size
         self._scenes = SceneRenderer(self.ctx)
-        self._streams: dict[str, FrameStream] = {}
+        self._streams: dict = {}  # extract name -> FrameStream or MeshStream
         self._errors: list[str] = []
         self._step: int | None = None
         self._time: float | None = None
@@ -284,6 +284,15 @@ class Adaptor:
         if e["type"] == "hdf5":
             write_hdf5(prm["path"], domains, prm.get("fields"), step=step, time=time, rank=self.rank,
                        nranks=self.size)
+            return
+        if e["type"] == "adios2_mesh":
+            stream = self._streams.get(name)
+            if stream is None:
+                from .intransit import MeshStream
+
+                stream = self._streams[name] = MeshStream(prm["filename"], prm["engine"], rank=self.rank,
+                                                          lossless=prm["lossless"])
+            stream.write(domains, prm.get("fields"), step=step, time=time)
             return
         if self.rank != 0:
             return

@@ -7,8 +7,10 @@ CUDA device memory, strides as given), build the Conduit Mesh Blueprint dicts an
 the adaptor module: :mod:`adaptors` by default, or the module named by
 ``$INSITU_ADAPTOR`` (any module with ``initialize, execute, results, finalize``).
 
-Every function returns ``(status, message, value)`` and never raises: ``status`` is an
-:class:`Status` code of the header, ``message`` says what went wrong ("" on success).
+Every function returns ``(status, message, value)`` and never raises: ``status`` is a
+:class:`Status` code of the header, ``message`` says what went wrong ("" on success); on
+failure ``value`` tells whether the adaptor has printed the error itself (the C library
+prints the others, once, with the rank).
 
 :func:`mesh_from_description` is the translation alone (pure, usable from tests).
 """
@@ -369,7 +371,8 @@ def _guard(during: str, fn: Callable[[], Any]) -> tuple[int, str, Any]:
         return int(Status.OK), "", fn()
     except BaseException as exc:  # noqa: BLE001 -- nothing may reach the simulation
         status = _status_of(exc, during=getattr(exc, "_insitu_during", during))
-        return int(status), _describe(exc, status), None
+        # value: whether the adaptor has printed the error already (it logs what it records)
+        return int(status), _describe(exc, status), isinstance(exc, _ExecuteFailed)
     finally:
         # The embedded interpreter is never finalized: flush so output is not lost.
         for stream in (sys.stdout, sys.stderr):

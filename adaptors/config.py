@@ -186,6 +186,14 @@ SCHEMA: dict[str, Any] = {
             "scene": P("name", "scene/render whose frames are written (default: every render)"),
             "fields": P("names", "also write these fields' global ranges as attributes"),
         },
+        "adios2_mesh": {
+            "filename": P("str", "stream name; each rank writes <filename>.rank<r> (read by python -m adaptors.intransit)",
+                          required=True),
+            "engine": P("enum:SST|BP5", "SST: to analysis ranks in transit; BP5: files", "SST"),
+            "fields": P("names", "fields to send (default: all)"),
+            "lossless": P("bool", "SST: wait for the reader and for queue room (in transit nothing is dropped)",
+                          True),
+        },
         "hdf5": {
             "path": P("str", "file per step (%d-style formats take the step); one group per domain", required=True),
             "fields": P("names", "fields to write (default: all)"),

@@ -11,6 +11,12 @@ without copying them. The configuration (``examples/eikonal_insitu.yaml``, or
 writes a PNG per step and an ADIOS2 BP5 file of the frames. ``--steer-at K
 --steer-iso V`` steers the iso value from step K on (as a viewer would); a steering
 file named in the config works too; a viewer's "stop" ends the run early.
+
+In transit (the simulation on 2 ranks, the visualization on a third)::
+
+    mpiexec -n 2 python examples/eikonal_insitu.py --config examples/intransit_sim.yaml --out out/it \
+          : -n 1 python -m adaptors.intransit --writers 2 --stream out/it/mesh \
+                 --config examples/intransit_analysis.yaml
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import adaptors  # noqa: E402
+from adaptors.intransit import app_comm  # noqa: E402
 from insitu import Domain, arrays  # noqa: E402
 from solvers.eikonal import EikonalSolver, seeds_from_fractions  # noqa: E402
 from solvers.eikonal.speed import speed_model  # noqa: E402
@@ -63,7 +70,7 @@ def main(argv=None) -> int:
 
     from mpi4py import MPI
 
-    comm = MPI.COMM_WORLD
+    comm = app_comm(MPI.COMM_WORLD)  # this program's ranks (all of them unless run MPMD, in transit)
     rank, size = comm.rank, comm.size
     xp = np
     if args.backend == "cupy":
@@ -94,7 +101,7 @@ def main(argv=None) -> int:
                     f["params"] = {**f.get("params", {}), "iso_values": [args.iso]}
                     f["params"].pop("levels", None)
     for e in cfg.get("extracts", {}).values():
-        if e.get("type") == "adios2":
+        if e.get("type") in ("adios2", "adios2_mesh"):
             e["params"]["filename"] = os.path.join(args.out, os.path.basename(e["params"]["filename"]))
 
     t_sim = t_vis = 0.0

@@ -79,3 +79,36 @@ def test_eikonal_insitu_writes_a_frame_per_step_and_steering_shows_next_frame(mp
         img = f.read("image", step_selection=[5, 1]).reshape(72, 96, 4)
     assert list(steps) == list(range(6))
     np.testing.assert_array_equal(img, frame("a", 5))
+
+
+def test_mpmd_in_transit_job_draws_the_in_situ_frames(mpi, tmp_path):
+    import subprocess
+    import sys
+
+    import yaml
+
+    from insitu.launch import mpiexec
+
+    with open(os.path.join(ROOT, "examples", "intransit_analysis.yaml")) as f:
+        analysis = yaml.safe_load(f)
+    analysis["scenes"]["view"]["renders"]["frame"]["image_prefix"] = str(tmp_path / "transit" / "frame_%04d")
+    (tmp_path / "analysis.yaml").write_text(yaml.safe_dump(analysis))
+    script = os.path.join(ROOT, "examples", "eikonal_insitu.py")
+    sim = ["--shape", 24, 22, 20, "--steps", 4]
+    env = {**os.environ, "PYTHONPATH": ROOT, "NUMBA_NUM_THREADS": "1"}
+    cmd = [*mpiexec(), "-n", "2", sys.executable, script, *map(str, sim), "--out", str(tmp_path / "sim"),
+           "--config", os.path.join(ROOT, "examples", "intransit_sim.yaml"), ":",
+           "-n", "1", sys.executable, "-m", "adaptors.intransit", "--writers", "2",
+           "--stream", str(tmp_path / "sim" / "mesh"), "--config", str(tmp_path / "analysis.yaml")]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "in transit: 4 steps from 2 writer(s) on 1 analysis rank(s), failed_steps=0" in p.stdout
+    # The same scene drawn in situ by the 2 simulation ranks themselves.
+    q = mpi(2, script, *sim, "--out", tmp_path / "situ", "--config", tmp_path / "analysis.yaml",
+            env={"NUMBA_NUM_THREADS": "1"})
+    assert q.returncode == 0, q.stdout + q.stderr
+    for step in range(4):
+        a = np.asarray(Image.open(tmp_path / "transit" / f"frame_{step:04d}.png")).astype(int)
+        b = np.asarray(Image.open(tmp_path / "situ" / f"frame_{step:04d}.png")).astype(int)
+        assert (np.abs(a - b) <= 1).all(axis=2).mean() > 0.999
+    assert a[..., :3].std() > 5  # the last frame shows the front, not only the background

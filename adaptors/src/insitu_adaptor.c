@@ -5,7 +5,8 @@
  * one on first use), take the GIL, describe the C structs as plain Python values (ints,
  * floats, strings, addresses) and call the shim adaptors/capi.py, which builds the
  * zero-copy arrays and calls the adaptor module. The shim answers every call with
- * (status, message, value) and never raises; this file still catches every Python error
+ * (status, message, value) and never raises (on failure `value` is true when the adaptor
+ * has printed the error itself); this file still catches every Python error
  * of its own calls, so nothing escapes to the simulation.
  */
 #define PY_SSIZE_T_CLEAN
@@ -43,23 +44,36 @@ static int world_rank(void) {
     return rank;
 }
 
-/* Record the failure of entry point `where` and print it to stderr (once per distinct
- * message, so a failure repeated every step is not printed every step). */
-static int fail(const char* where, int status, const char* fmt, ...) {
+/* Record the failure of entry point `where`; print it to stderr unless `quiet` (the adaptor
+ * printed it already) or it repeats the last message printed (a failure repeated every step
+ * is printed once). */
+static int vrecord(const char* where, int status, int quiet, const char* fmt, va_list ap) {
     char msg[sizeof g_error - 64];
+    const char* env = getenv("INSITU_QUIET");
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    snprintf(g_error, sizeof g_error, "%s: %s", where, msg);
+    if (env && *env && strcmp(env, "0") != 0) quiet = 1;
+    if (!quiet && strcmp(g_error, g_printed) != 0) {
+        snprintf(g_printed, sizeof g_printed, "%s", g_error);
+        fprintf(stderr, "insitu[rank %d]: %s (%s)\n", world_rank(), g_error, insitu_status_name(status));
+        fflush(stderr);
+    }
+    return status;
+}
+
+static int fail(const char* where, int status, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vrecord(where, status, 0, fmt, ap);
     va_end(ap);
-    snprintf(g_error, sizeof g_error, "%s: %s", where, msg);
-    if (strcmp(g_error, g_printed) != 0) {
-        const char* quiet = getenv("INSITU_QUIET");
-        snprintf(g_printed, sizeof g_printed, "%s", g_error);
-        if (!(quiet && *quiet && strcmp(quiet, "0") != 0)) {
-            fprintf(stderr, "insitu[rank %d]: %s (%s)\n", world_rank(), g_error, insitu_status_name(status));
-            fflush(stderr);
-        }
-    }
+    return status;
+}
+
+static int fail_quiet(const char* where, int status, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vrecord(where, status, 1, fmt, ap);
+    va_end(ap);
     return status;
 }
 
@@ -237,8 +251,11 @@ static int call_shim(const char* where, const char* method, PyObject* args, PyOb
     if (status != INSITU_OK) {
         PyObject* m = PyTuple_GET_ITEM(res, 1);
         const char* text = PyUnicode_Check(m) ? PyUnicode_AsUTF8(m) : NULL;
+        int reported = PyObject_IsTrue(PyTuple_GET_ITEM(res, 2)) == 1; /* the adaptor printed it */
         if (!text) PyErr_Clear();
-        status = fail(where, status, "%s", text ? text : "(no message)");
+        PyErr_Clear();
+        status = reported ? fail_quiet(where, status, "%s", text ? text : "(no message)")
+                          : fail(where, status, "%s", text ? text : "(no message)");
         Py_DECREF(res);
         return status;
     }
@@ -362,6 +379,23 @@ static PyObject* describe_mesh(const insitu_mesh* mesh, char* msg, size_t len, i
 
 /* ------------------------------------------------------------------ entry points */
 
+/* Whether Fortran handle `comm` names a communicator: ask its size with errors returned
+ * (an invalid handle would otherwise abort the job inside the adaptor). */
+static int valid_comm(MPI_Fint comm) {
+    MPI_Errhandler world, self;
+    int size = 0, rc;
+    MPI_Comm_get_errhandler(MPI_COMM_WORLD, &world);
+    MPI_Comm_get_errhandler(MPI_COMM_SELF, &self);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+    rc = MPI_Comm_size(MPI_Comm_f2c(comm), &size);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, world);
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, self);
+    MPI_Errhandler_free(&world);
+    MPI_Errhandler_free(&self);
+    return rc == MPI_SUCCESS && size > 0;
+}
+
 int insitu_initialize(const char* config_path, MPI_Fint comm) {
     static const char* where = "insitu_initialize";
     PyGILState_STATE gil;
@@ -375,6 +409,10 @@ int insitu_initialize(const char* config_path, MPI_Fint comm) {
                     mpi_fin ? "already finalized" : "not initialized");
     if (MPI_Comm_f2c(comm) == MPI_COMM_NULL)
         return fail(where, INSITU_ERR_ARGUMENT, "comm is MPI_COMM_NULL (Fortran handle %ld)", (long)comm);
+    if (!valid_comm(comm))
+        return fail(where, INSITU_ERR_ARGUMENT,
+                    "comm=%ld is not a valid communicator handle (pass MPI_Comm_c2f(comm) in C, "
+                    "comm%%MPI_VAL with mpi_f08)", (long)comm);
     status = enter_python(where, &gil);
     if (status != INSITU_OK) return status;
     status = call_shim(where, "initialize", Py_BuildValue("(sl)", config_path, (long)comm), NULL);

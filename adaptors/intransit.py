@@ -1,0 +1,178 @@
+"""In transit: the simulation's domains over ADIOS2 to analysis ranks that run the adaptor.
+
+An MPMD job puts the visualization on ranks of its own::
+
+    mpirun -n 2 python examples/eikonal_insitu.py --config examples/intransit_sim.yaml \\
+         : -n 1 python -m adaptors.intransit --writers 2 --stream out/mesh \\
+                --config examples/intransit_analysis.yaml
+
+The simulation's configuration has an ``adios2_mesh`` extract: every simulation rank
+writes its domains each step to its own stream ``<stream>.rank<r>`` (SST by default:
+the ADIOS2 wheel is serial, so one writer per stream). Each analysis rank reads the
+streams ``r % nanalysis == its rank``, rebuilds the Blueprint domains and runs its own
+:class:`~adaptors.Adaptor` over the analysis ranks (compositing among them). Device
+fields are staged to the host for ADIOS2 (counted). Both sides split
+``MPI_COMM_WORLD`` by MPMD application number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Iterator
+
+import numpy as np
+
+from insitu import arrays
+
+from .mesh import Domain
+
+__all__ = ["MeshStream", "app_comm", "main", "read_steps"]
+
+#: In transit nothing may be lost: the writer waits for its reader and for queue room.
+LOSSLESS = {"RendezvousReaderCount": "1", "QueueLimit": "2", "QueueFullPolicy": "Block"}
+
+
+def app_comm(world=None):
+    """This MPMD application's ranks: ``world`` split by ``MPI_APPNUM`` (all of it for a plain job)."""
+    from mpi4py import MPI
+
+    world = world or MPI.COMM_WORLD
+    app = world.Get_attr(MPI.APPNUM)
+    return world.Split(0 if app is None else int(app), world.Get_rank())
+
+
+class MeshStream:
+    """Writes one rank's domains, step after step, as ADIOS2 variables."""
+
+    def __init__(self, name: str, engine: str = "SST", *, rank: int = 0, lossless: bool = True) -> None:
+        import adios2
+
+        path = f"{name}.rank{rank}"
+        if os.path.dirname(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._adios = adios2.Adios()
+        io = self._adios.declare_io(f"insitu-mesh:{path}")
+        io.set_engine(engine)
+        if engine == "SST":
+            from .extracts import SST_DEFAULTS
+
+            io.set_parameters(LOSSLESS if lossless else SST_DEFAULTS)
+        self._stream = adios2.Stream(io, path, "w")
+        self.path = path
+
+    def write(self, domains: list[Domain], fields: list[str] | None, *, step: int, time: float) -> None:
+        s = self._stream
+        s.begin_step()
+        s.write("step", np.array([step], np.int64), [1], [0], [1])
+        s.write("time", np.array([time], np.float64), [1], [0], [1])
+        ids = np.array([d.domain_id for d in domains], np.int64)
+        s.write("domains", ids, [len(ids)], [0], [len(ids)])
+        for d in domains:
+            p = f"d{d.domain_id}/"
+            meta = np.array([*d.dims, *d.origin, *d.spacing, *d.cells[0], *d.cells[1]], np.float64)
+            s.write(p + "meta", meta, [15], [0], [15])
+            names = fields or sorted(d.fields)
+            for name in names:
+                f = d.fields[name]
+                # Index [i, j, k] in C order on the wire: the reader's arrays are plain.
+                a = np.ascontiguousarray(arrays.to_host(f.values))
+                s.write(p + ("v/" if f.association == "vertex" else "e/") + name, a, list(a.shape), [0, 0, 0],
+                        list(a.shape))
+        s.end_step()
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+def _domain(stream, did: int, variables) -> dict:
+    p = f"d{did}/"
+    meta = stream.read(p + "meta")
+    dims = [int(v) for v in meta[0:3]]
+    lo, hi = meta[9:12].astype(int), meta[12:15].astype(int)
+    fields = {}
+    for var in variables:
+        if var.startswith(p + "v/") or var.startswith(p + "e/"):
+            assoc = "vertex" if var[len(p)] == "v" else "element"
+            fields[var[len(p) + 2:]] = {"association": assoc, "topology": "mesh", "values": stream.read(var)}
+    cdims = [n - 1 for n in dims]
+    if any(lo[a] > 0 or hi[a] < cdims[a] for a in range(3)):
+        g = np.ones(cdims, np.int32)
+        g[tuple(slice(a, b) for a, b in zip(lo, hi))] = 0
+        fields["ascent_ghosts"] = {"association": "element", "topology": "mesh", "values": g}
+    return {"coordsets": {"coords": {"type": "uniform", "dims": dict(zip("ijk", dims)),
+                                     "origin": dict(zip("xyz", meta[3:6].tolist())),
+                                     "spacing": dict(zip(("dx", "dy", "dz"), meta[6:9].tolist()))}},
+            "topologies": {"mesh": {"type": "uniform", "coordset": "coords"}},
+            "fields": fields, "state": {"domain_id": did}}
+
+
+def read_steps(paths: list[str], *, engine: str = "SST", timeout: float = 60.0) -> Iterator[tuple[int, float, list]]:
+    """Yield ``(step, time, [Blueprint domain, ...])`` from the streams at `paths`, step
+    by step, until every writer has ended its stream."""
+    import adios2
+
+    ad = adios2.Adios()
+    streams = []
+    for path in paths:
+        io = ad.declare_io(f"insitu-mesh-reader:{path}")
+        io.set_engine(engine)
+        if engine == "SST":
+            io.set_parameters({"OpenTimeoutSecs": str(int(timeout))})
+        streams.append(adios2.Stream(io, path, "r"))
+    try:
+        while True:
+            status = [s.begin_step(timeout=timeout) for s in streams]
+            ok = [st == adios2.bindings.StepStatus.OK for st in status]
+            if not any(ok):
+                return
+            if not all(ok):
+                raise RuntimeError(f"in transit: the streams ended unevenly ({dict(zip(paths, map(str, status)))})")
+            mesh, step, time = [], None, None
+            for s in streams:
+                variables = s.available_variables()
+                step = int(s.read("step")[0])
+                time = float(s.read("time")[0])
+                for did in s.read("domains").astype(int).tolist():
+                    mesh.append(_domain(s, did, variables))
+            for s in streams:
+                s.end_step()
+            yield step, time, mesh
+    finally:
+        for s in streams:
+            s.close()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m adaptors.intransit",
+                                 description="Analysis ranks of an in-transit job: read the simulation's "
+                                             "domains from ADIOS2 and run the adaptor on them.")
+    ap.add_argument("--writers", type=int, required=True, help="simulation ranks (one stream each)")
+    ap.add_argument("--stream", required=True, help="the simulation's adios2_mesh filename")
+    ap.add_argument("--config", required=True, help="the analysis side's adaptor configuration")
+    ap.add_argument("--engine", default="SST", choices=("SST", "BP5"))
+    ap.add_argument("--timeout", type=float, default=120.0)
+    args = ap.parse_args(argv)
+
+    from .adaptor import Adaptor
+
+    comm = app_comm()
+    rank, size = comm.Get_rank(), comm.Get_size()
+    mine = [f"{args.stream}.rank{r}" for r in range(args.writers) if r % size == rank]
+    steps = failed = 0
+    with Adaptor(args.config, comm) as a:
+        for step, time, mesh in read_steps(mine, engine=args.engine, timeout=args.timeout):
+            failed += not a.execute(step, time, mesh)
+            steps += 1
+        errors = a.results()["errors"]
+    if rank == 0:
+        print(f"in transit: {steps} steps from {args.writers} writer(s) on {size} analysis rank(s), "
+              f"failed_steps={failed}", flush=True)
+        for e in errors:
+            print("error:", e, file=sys.stderr, flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
