@@ -21,6 +21,7 @@ cells; without one every cell is real. :func:`uniform` builds such a dict.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -223,19 +224,22 @@ def _values(v, shape: tuple, path: str):
     return a
 
 
-_box_cache: dict = {}
+_box_cache: dict = {}  # id(ghost array) -> (weak reference, box)
 
 
 def _real_box(g, path: str):
-    """The box of real cells; read once per ghost array (keyed by its memory and layout:
-    hand a new array when the ghost layout changes, not the same one rewritten)."""
-    key = (arrays.data_pointer(g), g.shape, g.strides, str(g.dtype), arrays.backend_of(g))
-    box = _box_cache.get(key)
-    if box is None:
-        box = _find_real_box(g, path)
-        if len(_box_cache) > 256:
-            _box_cache.clear()
-        _box_cache[key] = box
+    """The box of real cells, read once per ghost array *object* (a weak reference ties
+    the entry to the array, so a new array at a recycled address is read afresh; rewrite
+    a ghost array in place and the old box stays: hand a new array instead)."""
+    hit = _box_cache.get(id(g))
+    if hit is not None and hit[0]() is g:
+        return hit[1]
+    box = _find_real_box(g, path)
+    try:
+        ref = weakref.ref(g, lambda _, k=id(g): _box_cache.pop(k, None))
+    except TypeError:  # an array type without weak references: no caching
+        return box
+    _box_cache[id(g)] = (ref, box)
     return box
 
 

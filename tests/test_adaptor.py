@@ -316,3 +316,17 @@ def test_steering_rejects_unknown_keys():
 def test_the_configuration_reference_is_generated_from_the_schema():
     with open(os.path.join(ROOT, "docs", "CONFIG.md")) as f:
         assert f.read() == describe() + "\n", "regenerate: python -c 'import adaptors; print(adaptors.describe())' > docs/CONFIG.md"
+
+
+def test_ghost_boxes_follow_the_array_not_its_address():
+    # A ghost array freed and another allocated (often at the same address) must be read afresh.
+    from adaptors.mesh import parse
+
+    def with_ghosts(lo_x):
+        g = np.ones((48, 48, 48), np.int32)
+        g[lo_x:lo_x + 40, :, :] = 0
+        return {**sphere_mesh(), "fields": {"r": {"association": "vertex", "values": R},
+                                            "ascent_ghosts": {"association": "element", "values": g}}}
+
+    for lo_x in (0, 8, 3, 8, 0):
+        assert parse(with_ghosts(lo_x))[0].cells == ((lo_x, 0, 0), (lo_x + 40, 48, 48))
