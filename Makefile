@@ -2,6 +2,7 @@
 #   make demo      install everything (system libs, .venv) and run the 4-rank in-situ eikonal demo (out/eikonal/)
 #   make test      install everything and run the CPU test suite (what CI runs)
 #   make gpu-test  GPU machine only: run tests/gpu with that machine's own Python env
+#   make capi      build the C/C++/Fortran adaptor library (CMakeLists.txt) into build/capi
 #   make clean     remove .venv, build outputs and caches
 
 PYTHON ?= python3
@@ -11,7 +12,7 @@ STAMP  := $(VENV)/.installed
 # mpiexec comes from the mpich wheel inside the venv: put the venv first on PATH.
 VENV_PATH := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)"
 
-.PHONY: all venv system test demo gpu-test clean
+.PHONY: all venv system test demo gpu-test capi clean
 
 all: test
 
@@ -33,6 +34,12 @@ test: system venv
 demo: system venv
 	@mkdir -p out
 	$(VENV_PATH) $(VENV)/bin/mpiexec -n 4 $(VPY) examples/eikonal_insitu.py --out out/eikonal
+
+# libinsitu_adaptor (+ the Fortran module when gfortran is there), embedding this venv's Python;
+# C/C++/Fortran programs use it with -Dinsitu_DIR=$(CURDIR)/build/capi (examples/heat_cxx, heat_fortran).
+capi: system venv
+	$(VENV_PATH) cmake -S . -B build/capi -DPython3_EXECUTABLE=$(CURDIR)/$(VPY) -DCMAKE_BUILD_TYPE=Release
+	$(VENV_PATH) cmake --build build/capi -j 2
 
 # For the GPU machine, which has its own Python environment (CuPy, CUDA bindings, the
 # package installed there) and no .venv: uses whatever `python3` is on PATH.

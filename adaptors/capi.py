@@ -209,7 +209,14 @@ def _field_array(f: dict, where: str, domain_dims: tuple[int, int, int], problem
         problems.append(f"{where}: data=0x{f['data']:x} is not CUDA device or managed memory but memory="
                         "INSITU_MEMORY_CUDA")
         return None
-    return _device_array(f["data"], shape, dtype, strides, f["device"], where)
+    if kind is not None and kind[0] == 2 and kind[1] != f["device"]:
+        problems.append(f"{where}: data=0x{f['data']:x} is on CUDA device {kind[1]} but device={f['device']}")
+        return None
+    try:
+        return _device_array(f["data"], shape, dtype, strides, f["device"], where)
+    except MeshError as exc:
+        problems.append(str(exc))
+        return None
 
 
 def mesh_from_description(domains: list[dict], step: int, time: float) -> list[dict]:

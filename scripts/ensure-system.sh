@@ -3,7 +3,10 @@
 #   - headless OpenGL through Mesa EGL (surfaceless platform, llvmpipe driver):
 #     libEGL.so.1 (libegl1), libEGL_mesa.so.0 (libegl-mesa0), the Mesa DRI/gallium
 #     driver swrast_dri.so or libgallium*.so (libgl1-mesa-dri);
-#   - a working `python3 -m venv` (python3-venv on Debian/Ubuntu).
+#   - a working `python3 -m venv` (python3-venv on Debian/Ubuntu);
+#   - for the C ABI / Fortran module (CMakeLists.txt, tests/test_capi.py): cmake, C/C++
+#     compilers, gfortran, and the headers + shared libpython of the interpreter that
+#     embeds (libpython3.X-dev for a Debian python3; pyenv/python.org builds ship them).
 # Installs missing Debian packages when running as root with apt-get; otherwise prints
 # what to install and exits 0 (the rendering tests then report what is missing).
 # Idempotent; prints nothing when everything is present.
@@ -40,6 +43,16 @@ have_mesa_driver          || missing+=(libgl1-mesa-dri)
 if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
     missing+=(python3-venv)
 fi
+command -v cmake    >/dev/null 2>&1 || missing+=(cmake)
+command -v cc       >/dev/null 2>&1 || missing+=(gcc)
+command -v c++      >/dev/null 2>&1 || missing+=(g++)
+command -v gfortran >/dev/null 2>&1 || missing+=(gfortran)
+# Python.h of this interpreter (embedding); a Debian interpreter gets libpython3.X-dev.
+if ! "$PYTHON" -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' >/dev/null 2>&1; then
+    pyver="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)"
+    [ -n "$pyver" ] && missing+=("libpython${pyver}-dev")
+fi
 
 [ ${#missing[@]} -eq 0 ] && exit 0
 
@@ -47,7 +60,13 @@ if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "ensure-system: installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
+        # one unavailable package must not keep the others out
+        for pkg in "${missing[@]}"; do
+            apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null \
+                || echo "ensure-system: could not install $pkg" >&2
+        done
+    fi
     exit 0
 fi
 
@@ -55,6 +74,7 @@ cat >&2 <<MSG
 ensure-system: missing system packages: ${missing[*]}
   Install them (Debian/Ubuntu):  sudo apt-get install ${missing[*]}
   Continuing: without the GL libraries the rendering tests report what is missing;
-  without python3-venv 'make venv' cannot create .venv.
+  without python3-venv 'make venv' cannot create .venv; without cmake, compilers or
+  Python headers the C API tests fail saying what is missing (gfortran: they skip).
 MSG
 exit 0

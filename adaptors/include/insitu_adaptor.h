@@ -42,8 +42,9 @@
  * MPI: call MPI_Init (or MPI_Init_thread) before insitu_initialize and MPI_Finalize after
  * insitu_finalize. The communicator is passed as its Fortran handle (MPI_Comm_c2f in C,
  * comm%MPI_VAL with mpi_f08, the integer handle with `use mpi`), so the same call serves
- * C and Fortran without the MPI Fortran bindings. The process must use one MPI library:
- * the one this library and mpi4py were built against.
+ * C and Fortran without the MPI Fortran bindings. The process must hold one MPI library:
+ * the one this library links (CMake's FindMPI), which mpi4py (an MPI-ABI-agnostic wheel, or
+ * one built against that MPI) then finds already loaded.
  */
 #ifndef INSITU_ADAPTOR_H
 #define INSITU_ADAPTOR_H
@@ -51,6 +52,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* C++: only MPI's C API is needed; keep mpi.h from pulling in the old MPI C++ bindings
+ * (Open MPI's need libmpi_cxx at link time). Include mpi.h first to decide otherwise. */
+#if defined(__cplusplus) && !defined(MPI_VERSION)
+#  ifndef OMPI_SKIP_MPICXX
+#    define OMPI_SKIP_MPICXX 1
+#  endif
+#  ifndef MPICH_SKIP_MPICXX
+#    define MPICH_SKIP_MPICXX 1
+#  endif
+#endif
 #include <mpi.h>
 
 #if defined(_WIN32) && defined(INSITU_BUILDING)
