@@ -33,8 +33,8 @@ from insitu.engine import get_engine
 from insitu.launch import share_cpu_threads
 
 from . import mesh as _mesh
-from .config import load
-from .errors import ConfigError, MeshError, NotInitializedError
+from .config import is_number, load
+from .errors import MeshError, NotInitializedError
 from .extracts import FrameStream, write_hdf5
 from .pipelines import Context, Dataset, run_pipeline
 from .scenes import SceneRenderer, camera_for
@@ -244,7 +244,7 @@ class Adaptor:
             for fname, f in filters.items():
                 prm = f["params"]
                 names = [prm.get("field")]
-                if f["type"] == "eikonal" and not _is_number(prm["speed"]):
+                if f["type"] == "eikonal" and not is_number(prm["speed"]):
                     names = [prm["speed"]]
                 for n in names:
                     if n is not None and n not in avail:
@@ -362,14 +362,6 @@ class Adaptor:
 
     def __exit__(self, *exc) -> None:
         self.finalize()
-
-
-def _is_number(s) -> bool:
-    try:
-        float(s)
-        return True
-    except (TypeError, ValueError):
-        return False
 
 
 # -- Catalyst-style module functions over one adaptor per process -------------------------------

@@ -35,7 +35,7 @@ from typing import Any, Mapping
 
 from .errors import ConfigError
 
-__all__ = ["Param", "SCHEMA", "describe", "load", "validate"]
+__all__ = ["Param", "SCHEMA", "describe", "is_number", "load", "validate"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +95,15 @@ class Param:
                 problems.append(f"{path}: expected {want}, got {value!r}")
             return value
         raise AssertionError(f"schema kind {k!r}")
+
+
+def is_number(s) -> bool:
+    """Whether `s` reads as a number ("1.0", 2): a constant where a field name may stand."""
+    try:
+        float(s)
+        return True
+    except (TypeError, ValueError):
+        return False
 
 
 def _num(v) -> bool:

@@ -19,6 +19,7 @@ from insitu import arrays
 from insitu.domain import Domain as Grid
 from insitu.halo import HaloExchange
 
+from .config import is_number
 from .mesh import Domain
 from .pipelines import Context
 
@@ -85,7 +86,7 @@ def arrival_times(domains: list[Domain], params: Mapping, ctx: Context) -> list:
             g = local[i]
             b = grid.block(g)
             inner = tuple(slice(0, n) for n in b.shape)  # owned nodes = the first of the real ones
-            if _is_number(speed):
+            if is_number(speed):
                 f = float(speed)
                 sp = xp.full(b.shape, f)
             else:
@@ -130,11 +131,3 @@ def arrival_times(domains: list[Domain], params: Mapping, ctx: Context) -> list:
         res[~xp.isfinite(res)] = xp.nan
         result.append(res)
     return result
-
-
-def _is_number(s) -> bool:
-    try:
-        float(s)
-        return True
-    except (TypeError, ValueError):
-        return False

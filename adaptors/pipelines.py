@@ -48,10 +48,10 @@ class Context:
             v = d.real_values(name)
             xp = arrays.get_array_module(v)
             if op in ("min", "max"):
-                r = getattr(xp, f"nan{op}")(v) if v.dtype.kind == "f" else getattr(xp, op)(v)
+                r = _reduce(getattr(xp, f"nan{op}") if v.dtype.kind == "f" else getattr(xp, op), v)
             else:
-                r = xp.nansum(v) if v.dtype.kind == "f" else xp.sum(v)
-                count += int(xp.count_nonzero(~xp.isnan(v))) if v.dtype.kind == "f" else v.size
+                r = _reduce(xp.nansum if v.dtype.kind == "f" else xp.sum, v)
+                count += int(arrays.scalar_to_host(xp.count_nonzero(~xp.isnan(v)))) if v.dtype.kind == "f" else v.size
             vals.append(float(arrays.scalar_to_host(r)))
         if op == "min":
             return self.allreduce(min(vals, default=np.inf), "min")
@@ -85,6 +85,13 @@ class Context:
         lo = [self.allreduce(float(v), "min") for v in lo]
         hi = [self.allreduce(float(v), "max") for v in hi]
         return (lo[0], hi[0], lo[1], hi[1], lo[2], hi[2])
+
+
+def _reduce(fn, v):
+    """`fn` over all of `v` in two stages: along the last axis, then over the (contiguous)
+    rest. A strided view (a domain's real part) reduced to one value at once runs in a
+    single thread block on the GPU; the first stage spreads it over the whole device."""
+    return fn(fn(v, axis=-1)) if v.ndim > 1 else fn(v)
 
 
 @dataclasses.dataclass

@@ -494,7 +494,7 @@ def test_embedded_python_is_the_configured_venv_without_path_or_virtual_env(buil
         ni, nj, nk = got[f"d{rank}_dims"]
         addr, si, sj, sk, writeable, owndata, vertex = got[f"d{rank}_T_meta"]
         # split 2x1x1: the block's local array has a ghost layer on every side (k fastest)
-        li, lj, lk = N // 2 + 2, N + 2, N + 2
+        lj, lk = N + 2, N + 2
         assert (si, sj, sk) == (lj * lk * 8, lk * 8, 8) and not writeable and not owndata and vertex
         lo = np.rint(got[f"d{rank}_origin"] * (N - 1)).astype(int)
         np.testing.assert_allclose(got[f"d{rank}_T"], ref[5][lo[0]:lo[0] + ni, :, :], rtol=0, atol=1e-12)
