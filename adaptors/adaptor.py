@@ -35,15 +35,15 @@ from insitu.launch import share_cpu_threads
 from . import mesh as _mesh
 from .config import is_number, load
 from .errors import MeshError, NotInitializedError
-from .extracts import FrameStream, write_hdf5
+from .extracts import write_hdf5
 from .pipelines import Context, Dataset, run_pipeline
-from .scenes import SceneRenderer, camera_for
+from .scenes import SceneRenderer
 from .triggers import evaluate
 
 __all__ = ["Adaptor", "STEERABLE", "about", "execute", "finalize", "initialize", "results", "steer"]
 
 #: Keys a steering update may hold.
-STEERABLE = ("camera", "iso_values", "colormap", "params", "stop")
+STEERABLE = ("camera", "iso_values", "colormap", "transfer_function", "params", "pause", "stop")
 
 
 class Adaptor:
@@ -78,8 +78,9 @@ class Adaptor:
         self._timings: dict[str, float] = {}
         self._executes = 0
         self._steer_mtime: float | None = None
-        self._steering = {"camera": {}, "iso_values": {}, "colormap": None,
-                          "params": dict(self.config.get("params") or {}), "stop": False}
+        self._steering = {"camera": {}, "iso_values": {}, "colormap": None, "transfer_function": None,
+                          "params": dict(self.config.get("params") or {}), "pause": False, "stop": False}
+        self._steer_readers: list = []  # viewers' steering streams (rank 0)
         triggered = {a for t in self.config["triggers"].values() for a in t["actions"]}
         self._always = [n for n in (*self.config["scenes"], *self.config["extracts"]) if n not in triggered]
         self._open = True
@@ -95,7 +96,9 @@ class Adaptor:
         updates : mapping
             ``camera``: render camera keys (azimuth, elevation, zoom, position, ...);
             ``iso_values``: a list for every contour, or ``{pipeline: [values]}``;
-            ``colormap``: a colormap name for every plot; ``params``: ``{name: number}``;
+            ``colormap``: a colormap name for every plot; ``transfer_function``: opacity
+            control points ``[[value, alpha], ...]`` for every volume plot; ``params``:
+            ``{name: number}``; ``pause``: skip the in-situ work while true;
             ``stop``: ask the simulation to stop (``results()["stop"]``).
         """
         bad = [k for k in updates if k not in STEERABLE]
@@ -137,37 +140,62 @@ class Adaptor:
                 if isinstance(v, bool) or not isinstance(v, (int, float)):
                     raise ValueError(f"steer: params/{k}: expected a number, got {v!r}")
                 s["params"][k] = float(v)
-        if "stop" in updates:
-            s["stop"] = bool(updates["stop"])
+        if "transfer_function" in updates:
+            from .config import SCHEMA
 
-    def _poll_steering_file(self) -> None:
+            problems: list[str] = []
+            SCHEMA["color_table"]["opacity"].check(updates["transfer_function"], "transfer_function", problems)
+            if problems:
+                raise ValueError(f"steer: {problems[0]}")
+            s["transfer_function"] = [list(map(float, p)) for p in updates["transfer_function"]]
+        for flag in ("pause", "stop"):
+            if flag in updates:
+                s[flag] = bool(updates[flag])
+
+    def _poll_steering(self) -> None:
+        """Gather steering from the steering file and viewers' streams at rank 0 and apply
+        it on every rank (one broadcast; nothing when neither is configured)."""
         sfile = (self.config.get("steering") or {}).get("file")
-        if not sfile:
+        if not sfile and not self._steers_by_stream():
             return
-        update, problem = None, None
+        updates, problems = [], []
         if self.rank == 0:
-            try:
-                mtime = os.stat(sfile).st_mtime_ns
-            except OSError:
-                mtime = None
-            if mtime is not None and mtime != self._steer_mtime:
-                self._steer_mtime = mtime
-                try:
-                    with open(sfile) as f:
-                        update = json.load(f)
-                    if not isinstance(update, dict):
-                        raise ValueError(f"expected a JSON object, got {type(update).__name__}")
-                except (OSError, ValueError) as e:
-                    update, problem = None, f"steering file {sfile}: {e}"
+            u, p = self._read_steering_file(sfile) if sfile else (None, None)
+            updates += [u] if u else []
+            problems += [p] if p else []
+            for reader in self._steer_readers:
+                updates += reader.poll()
         if self.comm is not None:
-            update, problem = self.comm.bcast((update, problem), root=0)
-        if problem:
-            self._record(problem)
-        if update:
+            updates, problems = self.comm.bcast((updates, problems), root=0)
+        for p in problems:
+            self._record(p)
+        for u in updates:
             try:
-                self.steer(update)
+                self.steer(u)
             except ValueError as e:
-                self._record(f"steering file {sfile}: {e}")
+                self._record(f"steering ({sfile or 'viewer'}): {e}")
+
+    def _steers_by_stream(self) -> bool:
+        return any(e["type"] == "adios2" and e["params"]["engine"] == "SST" and e["params"]["steering"]
+                   for e in self.config["extracts"].values())
+
+    def _read_steering_file(self, sfile: str):
+        """(update or None, problem or None) from the steering file, when it changed."""
+        try:
+            mtime = os.stat(sfile).st_mtime_ns
+        except OSError:
+            return None, None
+        if mtime == self._steer_mtime:
+            return None, None
+        self._steer_mtime = mtime
+        try:
+            with open(sfile) as f:
+                update = json.load(f)
+            if not isinstance(update, dict):
+                raise ValueError(f"expected a JSON object, got {type(update).__name__}")
+        except (OSError, ValueError) as e:
+            return None, f"steering file {sfile}: {e}"
+        return update, None
 
     # -- the step -----------------------------------------------------------------------------
 
@@ -194,9 +222,9 @@ class Adaptor:
         return ok
 
     def _execute(self, step: int, time: float, mesh) -> None:
-        self._poll_steering_file()
+        self._poll_steering()
         self._step, self._time, self._frames = step, time, []
-        if not self._busy(step):
+        if self._steering["pause"] or not self._busy(step):
             return  # nothing runs this step: the mesh is not even looked at
         domains, error = [], None
         try:
@@ -219,12 +247,12 @@ class Adaptor:
         images = {}
         for sname in (s for s in self.config["scenes"] if s in active):
             out = self._scenes.render(sname, self.config["scenes"][sname], datasets, raw, self._steering, step)
-            for rname, (rgba, path) in out.items():
-                images[f"{sname}/{rname}"] = rgba
-                if path:
+            for rname, r in out.items():
+                images[f"{sname}/{rname}"] = r
+                if r.path:
                     from render.image import write_png
 
-                    self._frames.append(write_png(path, rgba))
+                    self._frames.append(write_png(r.path, r.rgba))
         for ename in (e for e in self.config["extracts"] if e in active):
             self._extract(ename, self.config["extracts"][ename], images, domains, step, time)
 
@@ -302,12 +330,16 @@ class Adaptor:
             return
         stream = self._streams.get(name)
         if stream is None:
-            stream = self._streams[name] = FrameStream(prm["filename"], prm["engine"])
-        scene, render = keys[0].split("/")
-        r = self.config["scenes"][scene]["renders"][render]
-        cam_cfg = {**r["camera"], **self._steering["camera"]}
-        cam = camera_for(cam_cfg, self.ctx.bounds(domains)) if self.size == 1 else None
-        stream.write(images[keys[0]], step=step, time=time, camera=cam, attributes={"render": keys[0]})
+            from insitu.stream import FrameWriter, SteeringReader, steering_name
+
+            stream = self._streams[name] = FrameWriter(prm["filename"], prm["engine"], lossless=prm["lossless"])
+            if prm["engine"] == "SST" and prm["steering"]:
+                self._steer_readers.append(SteeringReader(steering_name(prm["filename"])))
+        from render.image import to_uint8
+
+        r = images[keys[0]]
+        stream.write(to_uint8(r.rgba, unpremultiply=True), step=step, time=time, camera=r.camera,
+                     depth=r.depth if prm["depth"] else None, ranges=r.ranges, attributes={"render": keys[0]})
 
     def _record(self, message: str) -> None:
         self._errors.append(message)
@@ -333,8 +365,9 @@ class Adaptor:
                 if f.get("type") == "contour":
                     iso[p] = self._steering["iso_values"].get(p, f["params"].get("iso_values"))
         s = self._steering
-        return {"step": self._step, "time": self._time, "stop": s["stop"], "iso_values": copy.deepcopy(iso),
-                "camera": dict(s["camera"]), "colormap": s["colormap"], "params": dict(s["params"]),
+        return {"step": self._step, "time": self._time, "stop": s["stop"], "pause": s["pause"],
+                "iso_values": copy.deepcopy(iso), "camera": dict(s["camera"]), "colormap": s["colormap"],
+                "transfer_function": copy.deepcopy(s["transfer_function"]), "params": dict(s["params"]),
                 "errors": list(self._errors), "frames": list(self._frames), "timings": dict(self._timings)}
 
     def about(self) -> dict:
@@ -355,6 +388,9 @@ class Adaptor:
         for s in self._streams.values():
             s.close()
         self._streams.clear()
+        for r in self._steer_readers:
+            r.close()
+        self._steer_readers.clear()
         self._scenes.close()
 
     def __enter__(self) -> "Adaptor":

@@ -192,8 +192,11 @@ SCHEMA: dict[str, Any] = {
         "adios2": {
             "filename": P("str", "stream or file name", required=True),
             "engine": P("enum:BP5|SST", "BP5: a file; SST: a live stream", "BP5"),
-            "scene": P("name", "scene/render whose frames are written (default: every render)"),
-            "fields": P("names", "also write these fields' global ranges as attributes"),
+            "scene": P("name", "scene or scene/render whose frames are written (default: the first render)"),
+            "lossless": P("bool", "SST: wait for a viewer and for queue room (default: never wait, drop the "
+                          "oldest frames)", False),
+            "depth": P("bool", "also write the composited surface depth (float32)", False),
+            "steering": P("bool", "SST: take steering from viewers on <filename>.steer (insitu view)", True),
         },
         "adios2_mesh": {
             "filename": P("str", "stream name; each rank writes <filename>.rank<r> (read by python -m adaptors.intransit)",

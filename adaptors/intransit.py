@@ -56,7 +56,7 @@ class MeshStream:
         io = self._adios.declare_io(f"insitu-mesh:{path}")
         io.set_engine(engine)
         if engine == "SST":
-            from .extracts import SST_DEFAULTS
+            from insitu.stream import SST_DEFAULTS
 
             io.set_parameters(LOSSLESS if lossless else SST_DEFAULTS)
         self._stream = adios2.Stream(io, path, "w")

@@ -10,6 +10,7 @@ frame is written.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Mapping
 
@@ -19,7 +20,18 @@ from insitu import arrays
 
 from .pipelines import Context, Dataset
 
-__all__ = ["SceneRenderer", "camera_for", "frame_path"]
+__all__ = ["Rendered", "SceneRenderer", "camera_for", "frame_path"]
+
+
+@dataclasses.dataclass
+class Rendered:
+    """One render's composited result at the root rank."""
+
+    rgba: Any  # (H, W, 4) premultiplied float, over the background
+    depth: Any  # (H, W) float32 surface depth (inf where none), or None without surfaces
+    camera: Any  # render.camera.Camera
+    ranges: dict  # plotted field -> (lo, hi)
+    path: str | None  # the PNG to write, if the render has an image_prefix
 
 
 def camera_for(cfg: Mapping[str, Any], bounds):
@@ -115,8 +127,8 @@ class SceneRenderer:
 
     def render(self, name: str, scene: Mapping, datasets: Mapping[str, Dataset], raw: Dataset,
                steer: Mapping, step: int) -> dict:
-        """Render every render of scene `name`; returns ``{render name: (rgba, path)}`` at
-        the root (rgba premultiplied float, on the device it was drawn on), ``{}`` elsewhere."""
+        """Render every render of scene `name`; returns ``{render name: Rendered}`` at the
+        root (images on the device they were drawn on), ``{}`` elsewhere."""
         ctx = self.ctx
         bounds = ctx.bounds(raw.domains)
         out = {}
@@ -132,6 +144,8 @@ class SceneRenderer:
                 lo = p["min_value"] if p["min_value"] is not None else ctx.reduce_field(ds.domains, field, "min")
                 hi = p["max_value"] if p["max_value"] is not None else ctx.reduce_field(ds.domains, field, "max")
                 cmap = steer.get("colormap") or p["color_table"]["name"]
+                if p["type"] == "volume" and steer.get("transfer_function"):
+                    p = {**p, "color_table": {**p["color_table"], "opacity": steer["transfer_function"]}}
                 plots.append((pname, p, ds, field, lo, hi, cmap))
             surface, volume, error = None, None, None
             try:
@@ -140,7 +154,7 @@ class SceneRenderer:
                 e.add_note(f"in scenes/{name}/renders/{rname} on rank {ctx.rank}")
                 error = e
             ctx.agree(error, f"scenes/{name}/renders/{rname}")
-            rgba = self._composite(surface, volume, raw, cam, w, h)
+            rgba, depth = self._composite(surface, volume, raw, cam, w, h)
             if ctx.rank != 0:
                 continue
             bg = [float(c) for c in (list(r["bg_color"]) + [1.0])[:4]]
@@ -149,7 +163,8 @@ class SceneRenderer:
             for c in range(4):  # scalars as kernel arguments: nothing is uploaded
                 rgba[..., c] += behind * (bg[c] * bg[3] if c < 3 else bg[3])
             path = frame_path(r["image_prefix"], step) if r.get("image_prefix") else None
-            out[rname] = (rgba, path)
+            ranges = {f: (lo, hi) for _, _, _, f, lo, hi, _ in plots}
+            out[rname] = Rendered(rgba, depth, cam, ranges, path)
         return out
 
     def _local(self, plots, cam, w, h, bounds):
@@ -225,11 +240,11 @@ class SceneRenderer:
                 order += [r for r in range(ctx.size) if r not in order]
                 volume = composite(volume.astype(xp.float32), comm=ctx.comm, mode="over", order=order)
         if ctx.rank != 0:
-            return None
+            return None, None
         if surface is None and volume is None:
-            return xp.zeros((h, w, 4), xp.float32)
+            return xp.zeros((h, w, 4), xp.float32), None
         if surface is None:
-            return volume
+            return volume, None
         if volume is None:
-            return surface[0]
-        return over(volume.astype(surface[0].dtype), surface[0])
+            return surface[0], surface[1]
+        return over(volume.astype(surface[0].dtype), surface[0]), surface[1]

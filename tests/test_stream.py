@@ -1,0 +1,126 @@
+"""Frames over ADIOS2 SST between processes: lossless delivery, discard without waiting,
+late readers; steering back to the simulation."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import MPI_DIR, ROOT
+from insitu.launch import mpiexec
+from insitu.stream import FrameReader, FrameWriter, SteeringReader, SteeringWriter, steering_name
+
+sys.path.insert(0, MPI_DIR)
+from frames_writer import pattern  # noqa: E402
+
+pytestmark = pytest.mark.mpi
+
+
+def writer(tmp_path, name, count, size, *extra, ranks=2):
+    cmd = [*mpiexec(), "-n", str(ranks), sys.executable, os.path.join(MPI_DIR, "frames_writer.py"),
+           str(name), str(count), str(size), *map(str, extra)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": ROOT})
+
+
+def finish(p, timeout=120) -> float:
+    out, _ = p.communicate(timeout=timeout)
+    assert p.returncode == 0, out
+    return float(re.search(r"wrote \d+ frames in ([\d.]+) s", out).group(1))
+
+
+def test_lossless_500_frames_arrive_whole_and_in_order(tmp_path):
+    name = tmp_path / "frames"
+    p = writer(tmp_path, name, 500, 512, "--lossless")
+    steps = []
+    with FrameReader(str(name), "SST", timeout=60) as r:
+        for f in r:
+            steps.append(f.step)
+            assert f.image.shape == (512, 512, 4)
+            if f.step % 25 == 0 or f.step >= 495:  # regenerating every frame would dominate the test
+                np.testing.assert_array_equal(f.image, pattern(f.step, 512))
+            assert f.ranges == {"T": (0.0, float(f.step))} and f.camera.tolist() == list(range(9))
+    finish(p)
+    assert steps == list(range(500))
+
+
+def test_a_slow_reader_does_not_slow_the_writer_and_gets_the_newest_frames(tmp_path):
+    count, work = 60, "30"
+    alone = finish(writer(tmp_path, tmp_path / "alone", count, 256, "--work-ms", work))
+    name = tmp_path / "watched"
+    p = writer(tmp_path, name, count, 256, "--work-ms", work)
+    got = []
+    with FrameReader(str(name), "SST", timeout=60) as r:
+        for f in r:
+            got.append(f.step)
+            time.sleep(0.25)  # a viewer far slower than the simulation
+    watched = finish(p)
+    assert watched < 1.1 * alone + 0.1, (watched, alone)
+    assert got == sorted(got) and len(got) < count  # frames were dropped, not queued up
+    assert got[-1] >= count - 5  # what it saw last is (nearly) the newest
+
+
+def test_a_late_reader_starts_with_a_recent_frame(tmp_path):
+    name = tmp_path / "late"
+    p = writer(tmp_path, name, 150, 64, "--work-ms", "20", ranks=1)
+    time.sleep(1.5)  # the writer is well under way
+    with FrameReader(str(name), "SST", timeout=30) as r:
+        first = r.next()
+        rest = [f.step for f in r]
+    finish(p)
+    assert first is not None and first.step > 10
+    assert rest and rest[-1] >= 145
+
+
+def test_frames_to_a_bp5_file_replay_with_depth(tmp_path):
+    name = str(tmp_path / "frames.bp")
+    with FrameWriter(name, "BP5") as w:
+        for step in range(3):
+            w.write(pattern(step, 8), step=step, time=0.5 * step, depth=np.full((8, 8), step, np.float32))
+    with FrameReader(name) as r:
+        frames = list(r)
+    assert [f.step for f in frames] == [0, 1, 2] and frames[2].time == 1.0
+    np.testing.assert_array_equal(frames[1].image, pattern(1, 8))
+    assert (frames[2].depth == 2).all()
+    with pytest.raises(ValueError, match=r"expected \(H, W, 4\) uint8"):
+        FrameWriter(str(tmp_path / "x.bp"), "BP5").write(np.zeros((4, 4, 3)), step=0, time=0.0)
+    with pytest.raises(ValueError, match="expected one of SST, BP5"):
+        FrameWriter(str(tmp_path / "y"), "HDF5")
+
+
+STEER_WRITER = """
+import sys, time
+from insitu.stream import SteeringWriter
+w = SteeringWriter(sys.argv[1])
+for i in range(40):  # the whole state, again and again (a viewer's heartbeat)
+    w.send({"iso_values": [0.5], "camera": {"azimuth": 30.0}})
+    time.sleep(0.05)
+w.close()
+"""
+
+
+def test_steering_reaches_a_simulation_that_never_waits(tmp_path):
+    name = str(tmp_path / "frames.steer")
+    r = SteeringReader(name)
+    try:
+        t0 = time.perf_counter()
+        assert r.poll() == [] and not r.connected  # no viewer: nothing, at once
+        assert time.perf_counter() - t0 < 0.01
+        p = subprocess.Popen([sys.executable, "-c", STEER_WRITER, name], env={**os.environ, "PYTHONPATH": ROOT})
+        got, slowest = [], 0.0
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            t0 = time.perf_counter()
+            got = r.poll()
+            slowest = max(slowest, time.perf_counter() - t0)
+            time.sleep(0.02)
+        assert p.wait(timeout=30) == 0
+        assert got and got[0] == {"iso_values": [0.5], "camera": {"azimuth": 30.0}}
+        assert slowest < 0.01  # polling never waited for the viewer
+        assert steering_name("out/f") == "out/f.steer"
+    finally:
+        r.close()
