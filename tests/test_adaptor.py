@@ -3,6 +3,7 @@ steering, triggers, errors that do not stop the simulation, extracts read back."
 
 import math
 import os
+import time
 
 import numpy as np
 import pytest
@@ -330,3 +331,54 @@ def test_ghost_boxes_follow_the_array_not_its_address():
 
     for lo_x in (0, 8, 3, 8, 0):
         assert parse(with_ghosts(lo_x))[0].cells == ((lo_x, 0, 0), (lo_x + 40, 48, 48))
+
+
+VIEWER = """
+import sys, time
+from insitu.stream import FrameReader, SteeringWriter, steering_name
+frames = FrameReader(sys.argv[1], "SST", timeout=30)
+steer = SteeringWriter(steering_name(sys.argv[1]))
+seen = 0
+while True:
+    f = frames.next(timeout=10)
+    if f is None:
+        break
+    seen += 1
+    steer.send({"iso_values": [1.0], "transfer_function": [[0, 0.5], [2, 0.0]]})  # the whole state, every frame
+steer.close()
+print("viewer saw", seen, "frames")
+"""
+
+
+def test_a_viewer_steers_through_the_frame_stream(tmp_path):
+    import subprocess
+    import sys
+
+    name = str(tmp_path / "live")
+    cfg = config(tmp_path, extracts={"e": {"type": "adios2", "params": {"filename": name, "engine": "SST"}}})
+    viewer = subprocess.Popen([sys.executable, "-c", VIEWER, name], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": ROOT})
+    steered_at = None
+    with adaptors.Adaptor(cfg) as a:
+        for step in range(400):
+            assert a.execute(step, 0.0, sphere_mesh()), a.results()["errors"]
+            if a.results()["iso_values"]["pl"] == [1.0]:
+                steered_at = step
+                assert a.execute(step + 1, 0.0, sphere_mesh())
+                break
+            time.sleep(0.02)
+        res = a.results()
+    out, _ = viewer.communicate(timeout=60)
+    assert steered_at is not None, out
+    assert res["transfer_function"] == [[0.0, 0.5], [2.0, 0.0]]
+    assert coverage(tmp_path / f"frame_{steered_at + 1:03d}.png") == pytest.approx(disk_fraction(1.0), rel=0.03)
+    assert coverage(tmp_path / "frame_000.png") == pytest.approx(disk_fraction(0.8), rel=0.03)
+
+
+def test_pause_skips_the_work_until_resumed(tmp_path):
+    with adaptors.Adaptor(config(tmp_path)) as a:
+        a.steer({"pause": True})
+        assert a.execute(0, 0.0, sphere_mesh()) and a.results()["pause"]
+        a.steer({"pause": False})
+        assert a.execute(1, 0.0, sphere_mesh())
+    assert sorted(os.listdir(tmp_path)) == ["frame_001.png"]

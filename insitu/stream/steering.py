@@ -4,9 +4,9 @@ The viewer writes (:class:`SteeringWriter`), the simulation's root rank polls
 (:class:`SteeringReader`) once per step. Each step of the stream holds one variable,
 ``update``: a JSON object such as ``{"camera": {"azimuth": 30}, "iso_values": [0.4]}``.
 
-The simulation never waits for it: a thread of the reader opens the stream once the
-viewer's contact file (``<name>.sst``) exists and queues what arrives; ``poll`` only
-drains that queue. The viewer does not wait for the simulation either (no rendezvous; a
+The simulation never waits for it: a relay process opens the stream once the viewer's
+contact file (``<name>.sst``) exists and passes what arrives through a pipe; ``poll``
+only reads what is already in the pipe. The viewer does not wait for the simulation either (no rendezvous; a
 small queue, oldest updates dropped), so an update sent before the simulation connects
 can be lost: a viewer sends its whole state with every update, which the simulation
 merges, so the newest one is all that matters.
@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["SteeringReader", "SteeringWriter", "steering_name"]
+__all__ = ["SteeringReader", "SteeringWriter", "relay", "steering_name"]
 
 _WRITER = {"RendezvousReaderCount": "0", "QueueLimit": "16", "QueueFullPolicy": "Discard"}
 
@@ -64,101 +64,117 @@ class SteeringWriter:
 class SteeringReader:
     """The simulation's end: ``poll()`` returns the updates that arrived and never blocks.
 
-    A background thread does the waiting: it opens the stream once the viewer's contact
-    file exists (SST completes a reader's open only when the writer next calls into
-    ADIOS2, so opening on the simulation's thread could stall a step), reads updates
-    into a queue, and after the viewer leaves (end of stream, or a killed viewer's stale
-    contact file) waits for the next one.
+    A relay process does the waiting (``python -m insitu.stream.relay NAME``): it opens
+    the stream once the viewer's contact file exists, reads updates and prints them as
+    JSON lines, and after a viewer leaves (end of stream, or a killed viewer's stale
+    contact file) waits for the next one. A process, not a thread: ADIOS2's Python calls
+    hold the GIL while they block (an SST open lasts until the viewer next calls into
+    ADIOS2), which would stall the simulation's own thread.
 
     Parameters
     ----------
     name : str
         The steering stream (``steering_name(frames)``).
-    open_timeout : float
-        Seconds an open may take once a contact file is there.
     """
 
-    def __init__(self, name: str, *, open_timeout: float = 10.0) -> None:
-        import queue
-        import threading
+    def __init__(self, name: str) -> None:
+        import subprocess
+        import sys
 
         self.name = name
-        self.open_timeout = float(open_timeout)
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._stop = threading.Event()
-        self._connected = threading.Event()
         self.received = 0
-        self._thread = threading.Thread(target=self._run, name=f"insitu-steering:{name}", daemon=True)
-        self._thread.start()
+        self._buf = b""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # the relay imports insitu as we do
+        self._proc = subprocess.Popen([sys.executable, "-m", "insitu.stream.relay", name], stdout=subprocess.PIPE,
+                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        os.set_blocking(self._proc.stdout.fileno(), False)
 
     @property
-    def connected(self) -> bool:
-        """Whether a viewer's stream is open now."""
-        return self._connected.is_set()
+    def alive(self) -> bool:
+        """Whether the relay process runs."""
+        return self._proc.poll() is None
 
     def poll(self) -> list[dict]:
         """Updates received since the last poll, oldest first (malformed ones skipped)."""
+        try:
+            chunk = self._proc.stdout.read()
+        except (OSError, ValueError):
+            chunk = None
+        if chunk:
+            self._buf += chunk
         out = []
-        while not self._queue.empty():
-            out.append(self._queue.get_nowait())
+        *lines, self._buf = self._buf.split(b"\n")
+        for line in lines:
+            try:
+                update = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(update, dict):
+                out.append(update)
+                self.received += 1
         return out
 
-    def _contact(self) -> float | None:
-        try:
-            return os.stat(self.name + ".sst").st_mtime_ns
-        except OSError:
-            return None
-
-    def _run(self) -> None:
-        import adios2
-
-        tried = None
-        while not self._stop.is_set():
-            mtime = self._contact()
-            if mtime is None or mtime == tried:
-                self._stop.wait(0.1)
-                continue
-            tried = mtime
-            ad = adios2.Adios()
-            io = ad.declare_io(f"insitu-steer-reader:{self.name}:{mtime}")
-            io.set_engine("SST")
-            io.set_parameters({"OpenTimeoutSecs": str(max(1, int(round(self.open_timeout))))})
-            try:
-                stream = adios2.Stream(io, self.name, "r")
-            except Exception:  # a stale contact file: that viewer is gone
-                continue
-            self._connected.set()
-            try:
-                self._drain(stream, adios2.bindings.StepStatus)
-            finally:
-                self._connected.clear()
-                try:
-                    stream.close()
-                except Exception:
-                    pass
-
-    def _drain(self, stream, status) -> None:
-        while not self._stop.is_set():
-            try:
-                st = stream.begin_step(timeout=0.2)
-            except Exception:
-                return
-            if st == status.NotReady:
-                continue
-            if st != status.OK:  # the viewer closed or died
-                return
-            try:
-                raw = stream.read("update")
-                update = json.loads(raw if isinstance(raw, str) else bytes(np.asarray(raw, np.uint8)).decode())
-                if isinstance(update, dict):
-                    self._queue.put(update)
-                    self.received += 1
-            except (ValueError, UnicodeDecodeError):
-                pass
-            finally:
-                stream.end_step()
-
     def close(self) -> None:
-        """Stop the thread (within a fraction of a second, or the open timeout)."""
-        self._stop.set()
-        self._thread.join(timeout=self.open_timeout + 1)
+        """Stop the relay."""
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=5)
+            except Exception:
+                self._proc.kill()
+        self._proc.stdout.close()
+
+
+def relay(name: str, *, out=None) -> None:
+    """Forward the updates of steering stream `name` to `out` (stdout) as JSON lines,
+    viewer after viewer, until killed."""
+    import sys
+    import time
+
+    import adios2
+
+    out = out or sys.stdout
+    tried = None
+    while True:
+        try:
+            mtime = os.stat(name + ".sst").st_mtime_ns
+        except OSError:
+            mtime = None
+        if mtime is None or mtime == tried:
+            time.sleep(0.05)
+            continue
+        tried = mtime
+        ad = adios2.Adios()
+        io = ad.declare_io(f"insitu-steer-relay:{mtime}")
+        io.set_engine("SST")
+        io.set_parameters({"OpenTimeoutSecs": "10"})
+        try:
+            stream = adios2.Stream(io, name, "r")
+        except Exception:  # a stale contact file: that viewer is gone
+            continue
+        status = adios2.bindings.StepStatus
+        try:
+            while True:
+                st = stream.begin_step(timeout=1.0)
+                if st == status.NotReady:
+                    continue
+                if st != status.OK:  # the viewer closed or died
+                    break
+                try:
+                    raw = stream.read("update")
+                    text = raw if isinstance(raw, str) else bytes(np.asarray(raw, np.uint8)).decode()
+                    json.loads(text)
+                    out.write(text.replace("\n", " ") + "\n")
+                    out.flush()
+                except (ValueError, UnicodeDecodeError):
+                    pass
+                finally:
+                    stream.end_step()
+        except Exception:
+            pass
+        finally:
+            try:
+                stream.close()
+            except Exception:
+                pass
