@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import sys
 import time as _time
@@ -101,18 +102,27 @@ class Adaptor:
             ``{name: number}``; ``pause``: skip the in-situ work while true;
             ``stop``: ask the simulation to stop (``results()["stop"]``).
         """
+        from .config import SCHEMA
+
         bad = [k for k in updates if k not in STEERABLE]
         if bad:
             raise ValueError(f"steer: unknown key(s) {', '.join(map(repr, bad))}; known: {', '.join(STEERABLE)}")
-        s = self._steering
+        # Everything is checked before anything changes: a bad update changes nothing, and
+        # a value that passed cannot break the next frames.
+        new = copy.deepcopy(self._steering)
+        problems: list[str] = []
         if "camera" in updates:
-            from .config import SCHEMA
-
-            cam = dict(updates["camera"] or {})
-            unknown = [k for k in cam if k not in SCHEMA["camera"]]
-            if unknown:
-                raise ValueError(f"steer: camera: unknown key(s) {unknown}; known: {', '.join(SCHEMA['camera'])}")
-            s["camera"].update(cam)
+            cam = updates["camera"]
+            if not isinstance(cam, Mapping):
+                raise ValueError(f"steer: camera: expected a map, got {cam!r}")
+            for k, v in cam.items():
+                if k not in SCHEMA["camera"]:
+                    raise ValueError(f"steer: camera: unknown key {k!r}; known: {', '.join(SCHEMA['camera'])}")
+                if v is not None:
+                    SCHEMA["camera"][k].check(v, f"camera/{k}", problems)
+                new["camera"][k] = v
+            if cam.get("zoom") is not None and _is_real(cam["zoom"]) and cam["zoom"] <= 0:
+                problems.append(f"camera/zoom: must be > 0, got {cam['zoom']}")
         if "iso_values" in updates:
             iso = updates["iso_values"]
             contours = [p for p, fl in self.config["pipelines"].items()
@@ -126,31 +136,34 @@ class Adaptor:
             else:
                 items = {p: iso for p in contours}
             for p, v in items.items():
-                vals = [v] if isinstance(v, (int, float)) else list(v)
-                if not vals or not all(isinstance(x, (int, float)) and x == x for x in vals):
-                    raise ValueError(f"steer: iso_values for {p!r}: expected numbers, got {v!r}")
-                s["iso_values"][p] = [float(x) for x in vals]
+                vals = [v] if _is_real(v) else list(v) if isinstance(v, (list, tuple)) else None
+                if not vals or not all(_is_real(x) for x in vals):
+                    raise ValueError(f"steer: iso_values for {p!r}: expected finite numbers, got {v!r}")
+                new["iso_values"][p] = [float(x) for x in vals]
         if "colormap" in updates:
             from render.colormap import table
 
             table(updates["colormap"])  # unknown names raise with the known ones
-            s["colormap"] = updates["colormap"]
+            new["colormap"] = updates["colormap"]
         if "params" in updates:
-            for k, v in dict(updates["params"]).items():
-                if isinstance(v, bool) or not isinstance(v, (int, float)):
-                    raise ValueError(f"steer: params/{k}: expected a number, got {v!r}")
-                s["params"][k] = float(v)
+            if not isinstance(updates["params"], Mapping):
+                raise ValueError(f"steer: params: expected a map of numbers, got {updates['params']!r}")
+            for k, v in updates["params"].items():
+                if not _is_real(v):
+                    raise ValueError(f"steer: params/{k}: expected a finite number, got {v!r}")
+                new["params"][k] = float(v)
         if "transfer_function" in updates:
-            from .config import SCHEMA
-
-            problems: list[str] = []
             SCHEMA["color_table"]["opacity"].check(updates["transfer_function"], "transfer_function", problems)
-            if problems:
-                raise ValueError(f"steer: {problems[0]}")
-            s["transfer_function"] = [list(map(float, p)) for p in updates["transfer_function"]]
+            if not problems:
+                new["transfer_function"] = [list(map(float, p)) for p in updates["transfer_function"]]
         for flag in ("pause", "stop"):
             if flag in updates:
-                s[flag] = bool(updates[flag])
+                if not isinstance(updates[flag], bool):
+                    problems.append(f"{flag}: expected true or false, got {updates[flag]!r}")
+                new[flag] = bool(updates[flag])
+        if problems:
+            raise ValueError(f"steer: {'; '.join(problems)}")
+        self._steering = new
 
     def _poll_steering(self) -> None:
         """Gather steering from the steering file and viewers' streams at rank 0 and apply
@@ -398,6 +411,10 @@ class Adaptor:
 
     def __exit__(self, *exc) -> None:
         self.finalize()
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 # -- Catalyst-style module functions over one adaptor per process -------------------------------

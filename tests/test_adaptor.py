@@ -382,3 +382,17 @@ def test_pause_skips_the_work_until_resumed(tmp_path):
         a.steer({"pause": False})
         assert a.execute(1, 0.0, sphere_mesh())
     assert sorted(os.listdir(tmp_path)) == ["frame_001.png"]
+
+
+def test_a_bad_steering_update_changes_nothing(tmp_path):
+    with adaptors.Adaptor(config(tmp_path)) as a:
+        for bad, match in [({"camera": {"azimuth": "left"}}, "camera/azimuth: expected a number"),
+                           ({"camera": {"zoom": -1}, "iso_values": [0.5]}, "camera/zoom: must be > 0"),
+                           ({"iso_values": [float("nan")]}, "expected finite numbers"),
+                           ({"transfer_function": [[0, 2.0]]}, "opacities in"),
+                           ({"pause": "yes"}, "pause: expected true or false")]:
+            with pytest.raises(ValueError, match=match):
+                a.steer(bad)
+        res = a.results()
+        assert res["camera"] == {} and res["iso_values"] == {"pl": [0.8]} and not res["pause"]
+        assert a.execute(0, 0.0, sphere_mesh())  # the frames go on as configured
