@@ -56,7 +56,7 @@ print("reader", n, (t1 - t0) if n > 1 else 0.0, flush=True)
 
 
 def run(code, *args, cwd):
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
     return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], stdout=subprocess.PIPE, text=True,
                             env=env, cwd=cwd)
 
