@@ -13,6 +13,7 @@ __all__ = ["ENGINES", "EmbeddedEngine", "get_engine"]
 
 #: Engines by the name a configuration uses.
 ENGINES: dict[str, type] = {"embedded": EmbeddedEngine}
+ENGINES["spark"] = __import__("insitu.engine.spark", fromlist=["SparkEngine"]).SparkEngine  # imports pyspark only when started
 
 
 def get_engine(name: str) -> type:

