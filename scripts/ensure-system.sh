@@ -6,7 +6,9 @@
 #   - a working `python3 -m venv` (python3-venv on Debian/Ubuntu);
 #   - for the C ABI / Fortran module (CMakeLists.txt, tests/test_capi.py): cmake, C/C++
 #     compilers, gfortran, and the headers + shared libpython of the interpreter that
-#     embeds (libpython3.X-dev for a Debian python3; pyenv/python.org builds ship them).
+#     embeds (libpython3.X-dev for a Debian python3; pyenv/python.org builds ship them);
+#   - for the viewer's browser test (tests/test_viewer.py drives `insitu view`'s page in a
+#     headless browser): chromium.
 # Installs missing Debian packages when running as root with apt-get; otherwise prints
 # what to install and exits 0 (the rendering tests then report what is missing).
 # Idempotent; prints nothing when everything is present.
@@ -47,6 +49,7 @@ command -v cmake    >/dev/null 2>&1 || missing+=(cmake)
 command -v cc       >/dev/null 2>&1 || missing+=(gcc)
 command -v c++      >/dev/null 2>&1 || missing+=(g++)
 command -v gfortran >/dev/null 2>&1 || missing+=(gfortran)
+command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
 # Python.h of this interpreter (embedding); a Debian interpreter gets libpython3.X-dev.
 if ! "$PYTHON" -c 'import os, sys, sysconfig
 sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' >/dev/null 2>&1; then
@@ -75,6 +78,7 @@ ensure-system: missing system packages: ${missing[*]}
   Install them (Debian/Ubuntu):  sudo apt-get install ${missing[*]}
   Continuing: without the GL libraries the rendering tests report what is missing;
   without python3-venv 'make venv' cannot create .venv; without cmake, compilers or
-  Python headers the C API tests fail saying what is missing (gfortran: they skip).
+  Python headers the C API tests fail saying what is missing (gfortran: they skip);
+  without chromium the viewer's browser test skips.
 MSG
 exit 0

@@ -78,17 +78,26 @@ class SteeringReader:
     """
 
     def __init__(self, name: str) -> None:
-        import subprocess
-        import sys
-
         self.name = name
         self.received = 0
+        #: Relays started again after one died (ADIOS2's SST reader can crash on a viewer's exit).
+        self.restarts = 0
         self._buf = b""
+        self._started = 0.0
+        self._start()
+
+    def _start(self) -> None:
+        import subprocess
+        import sys
+        import time
+
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # the relay imports insitu as we do
-        self._proc = subprocess.Popen([sys.executable, "-m", "insitu.stream.relay", name], stdout=subprocess.PIPE,
-                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        self._proc = subprocess.Popen([sys.executable, "-m", "insitu.stream.relay", self.name],
+                                      stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env,
+                                      start_new_session=True)
         os.set_blocking(self._proc.stdout.fileno(), False)
+        self._started = time.monotonic()
 
     @property
     def alive(self) -> bool:
@@ -96,7 +105,19 @@ class SteeringReader:
         return self._proc.poll() is None
 
     def poll(self) -> list[dict]:
-        """Updates received since the last poll, oldest first (malformed ones skipped)."""
+        """Updates received since the last poll, oldest first (malformed ones skipped). A
+        relay that died is started again (at most once a second)."""
+        import time
+
+        if not self.alive and time.monotonic() - self._started > 1.0:
+            out = self._read()
+            self._proc.stdout.close()
+            self._start()
+            self.restarts += 1
+            return out
+        return self._read()
+
+    def _read(self) -> list[dict]:
         try:
             chunk = self._proc.stdout.read()
         except (OSError, ValueError):
@@ -156,9 +177,9 @@ def relay(name: str, *, out=None) -> None:
         status = adios2.bindings.StepStatus
         try:
             while True:
-                st = stream.begin_step(timeout=1.0)
-                if st == status.NotReady:
-                    continue
+                # Blocking: a finite SST timeout has crashed the reader (ADIOS2 issue 1862);
+                # this is a process of its own, terminated when the simulation closes.
+                st = stream.begin_step(timeout=-1)
                 if st != status.OK:  # the viewer closed or died
                     break
                 try:

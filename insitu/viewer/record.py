@@ -1,0 +1,118 @@
+"""Recording received frames: PNG files and an MP4 movie.
+
+:func:`encode_png` is what the HTTP server serves; :class:`PngDirectory` writes every
+frame as ``DIR/frame_STEP.png`` (RGBA, exactly the pixels received); :class:`Mp4Writer`
+pipes frames to ffmpeg (the binary shipped in the ``imageio-ffmpeg`` wheel, else
+``ffmpeg`` on PATH) as they arrive and finishes the file on :meth:`Mp4Writer.close`.
+A movie has no alpha: frames are composited over black and padded to even sizes (H.264
+with yuv420p needs them); a frame whose size differs from the first one's is padded or
+cropped to it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+
+import numpy as np
+
+__all__ = ["Mp4Writer", "PngDirectory", "encode_png", "ffmpeg_exe"]
+
+
+def encode_png(image: np.ndarray, *, compress_level: int = 1) -> bytes:
+    """``(H, W, 4) uint8`` straight-alpha RGBA -> PNG bytes."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(image), "RGBA").save(buf, "PNG", compress_level=compress_level)
+    return buf.getvalue()
+
+
+class PngDirectory:
+    """Writes each frame as ``DIR/frame_STEP.png`` (step zero-padded to 6 digits)."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        os.makedirs(directory, exist_ok=True)
+        self.written = 0
+
+    def path(self, step: int) -> str:
+        return os.path.join(self.directory, f"frame_{step:06d}.png")
+
+    def write(self, frame) -> None:
+        p = self.path(frame.step)
+        tmp = p + ".part"
+        with open(tmp, "wb") as f:
+            f.write(encode_png(frame.image, compress_level=3))
+        os.replace(tmp, p)  # a reader never sees half a file
+        self.written += 1
+
+
+def ffmpeg_exe() -> str:
+    """The ffmpeg binary: imageio-ffmpeg's, else ``ffmpeg`` on PATH."""
+    try:
+        import imageio_ffmpeg
+
+        return imageio_ffmpeg.get_ffmpeg_exe()
+    except Exception:
+        exe = shutil.which("ffmpeg")
+        if exe:
+            return exe
+        raise RuntimeError("--mp4 needs ffmpeg: pip install imageio-ffmpeg (or install ffmpeg)") from None
+
+
+def to_rgb(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Straight-alpha RGBA over black, padded (bottom/right) or cropped to ``size = (H, W)``."""
+    a = image[..., 3:4].astype(np.uint16)
+    rgb = ((image[..., :3].astype(np.uint16) * a + 127) // 255).astype(np.uint8)
+    h, w = size
+    out = np.zeros((h, w, 3), np.uint8)
+    hh, ww = min(h, rgb.shape[0]), min(w, rgb.shape[1])
+    out[:hh, :ww] = rgb[:hh, :ww]
+    return out
+
+
+class Mp4Writer:
+    """An H.264 MP4 of frames, written as they come (``fps`` frames per second)."""
+
+    def __init__(self, path: str, *, fps: float = 10.0) -> None:
+        self.path = path
+        self.fps = float(fps)
+        self.size: tuple[int, int] | None = None
+        self.written = 0
+        self._proc: subprocess.Popen | None = None
+        self._exe = ffmpeg_exe()  # fail early, before any frame
+        if os.path.dirname(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+
+    def _start(self, h: int, w: int) -> None:
+        self.size = (h + h % 2, w + w % 2)
+        cmd = [self._exe, "-y", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24",
+               "-s", f"{self.size[1]}x{self.size[0]}", "-r", f"{self.fps:g}", "-i", "-", "-an",
+               "-c:v", "libx264", "-pix_fmt", "yuv420p", "-preset", "veryfast", "-crf", "18",
+               "-movflags", "+faststart", self.path]
+        # its own session: a Ctrl-C at the terminal reaches the viewer, which then finishes the file
+        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, start_new_session=True)
+
+    def write(self, frame) -> None:
+        if self._proc is None:
+            self._start(*frame.image.shape[:2])
+        self._proc.stdin.write(to_rgb(frame.image, self.size).tobytes())
+        self.written += 1
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Finish the file (nothing is written when no frame came)."""
+        p, self._proc = self._proc, None
+        if p is None:
+            return
+        try:
+            err = p.communicate(timeout=timeout)[1]  # closes ffmpeg's input: it finishes the file
+        except subprocess.TimeoutExpired:
+            p.kill()
+            err = p.communicate()[1]
+        if p.returncode != 0:
+            raise RuntimeError(f"ffmpeg failed writing {self.path} (exit {p.returncode}): "
+                               f"{err.decode(errors='replace').strip()[-500:]}")
