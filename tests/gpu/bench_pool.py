@@ -29,7 +29,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from benchutil import commit, emit  # noqa: E402
+from benchutil import commit, emit, host  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
@@ -51,15 +51,6 @@ def _times(fn, reps: int, warmup: int = 20) -> np.ndarray:
     return t
 
 
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    except OSError:
-        pass
-    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
 
 
 def latency(worker, reps: int) -> dict:
@@ -147,7 +138,7 @@ def main(argv=None) -> int:
         for d in daemons:
             d.stop(timeout=10)
 
-    dev = _cpu_name()
+    dev = host()
     if cp is not None:
         dev = f"{cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}; host {dev}"
     cmd = f"python tests/gpu/bench_pool.py --reps {args.reps} --mb {args.mb}"

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import sys
 import time
 
@@ -30,7 +29,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from benchutil import commit, emit  # noqa: E402
+from benchutil import commit, emit, host  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
@@ -39,15 +38,6 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 import spark_listings as L  # noqa: E402
 
 
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    except OSError:
-        pass
-    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} cores)"
 
 
 def _per_iteration(step, blocks, iterations: int, per_step: int = 1) -> tuple[float, object]:
@@ -116,7 +106,7 @@ def main(argv=None) -> int:
         spark.stop()
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     cmd = "python tests/gpu/bench_spark.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    lines = [f"### Spark engine vs embedded engine: per-iteration time ({_cpu_name()}, CPU workers)", "",
+    lines = [f"### Spark engine vs embedded engine: per-iteration time ({host()}, CPU workers)", "",
              f"{date}, commit {commit()}, `{cmd.strip()}`, master `{args.master}`, 4 blocks of "
              f"{n}^3 (+ghosts) float64, 2 partitions", "",
              "| pipeline | embedded (ms/it) | Spark (ms/it) | overhead (ms/it) |", "|---|---:|---:|---:|"]
