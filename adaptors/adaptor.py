@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import os
 import sys
 import time as _time
@@ -34,7 +33,7 @@ from insitu.engine import get_engine
 from insitu.launch import share_cpu_threads
 
 from . import mesh as _mesh
-from .config import is_number, load
+from .config import is_number, is_real, load
 from .errors import MeshError, NotInitializedError
 from .extracts import write_hdf5
 from .pipelines import Context, Dataset, run_pipeline
@@ -121,7 +120,7 @@ class Adaptor:
                 if v is not None:
                     SCHEMA["camera"][k].check(v, f"camera/{k}", problems)
                 new["camera"][k] = v
-            if cam.get("zoom") is not None and _is_real(cam["zoom"]) and cam["zoom"] <= 0:
+            if cam.get("zoom") is not None and is_real(cam["zoom"]) and cam["zoom"] <= 0:
                 problems.append(f"camera/zoom: must be > 0, got {cam['zoom']}")
         if "iso_values" in updates:
             iso = updates["iso_values"]
@@ -136,8 +135,8 @@ class Adaptor:
             else:
                 items = {p: iso for p in contours}
             for p, v in items.items():
-                vals = [v] if _is_real(v) else list(v) if isinstance(v, (list, tuple)) else None
-                if not vals or not all(_is_real(x) for x in vals):
+                vals = [v] if is_real(v) else list(v) if isinstance(v, (list, tuple)) else None
+                if not vals or not all(is_real(x) for x in vals):
                     raise ValueError(f"steer: iso_values for {p!r}: expected finite numbers, got {v!r}")
                 new["iso_values"][p] = [float(x) for x in vals]
         if "colormap" in updates:
@@ -149,7 +148,7 @@ class Adaptor:
             if not isinstance(updates["params"], Mapping):
                 raise ValueError(f"steer: params: expected a map of numbers, got {updates['params']!r}")
             for k, v in updates["params"].items():
-                if not _is_real(v):
+                if not is_real(v):
                     raise ValueError(f"steer: params/{k}: expected a finite number, got {v!r}")
                 new["params"][k] = float(v)
         if "transfer_function" in updates:
@@ -411,10 +410,6 @@ class Adaptor:
 
     def __exit__(self, *exc) -> None:
         self.finalize()
-
-
-def _is_real(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 # -- Catalyst-style module functions over one adaptor per process -------------------------------

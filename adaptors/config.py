@@ -35,7 +35,7 @@ from typing import Any, Mapping
 
 from .errors import ConfigError
 
-__all__ = ["Param", "SCHEMA", "describe", "is_number", "load", "validate"]
+__all__ = ["Param", "SCHEMA", "describe", "is_number", "is_real", "load", "validate"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,11 +86,11 @@ class Param:
             ok = isinstance(value, list) and len(value) > 0
             if ok and k in ("points", "opacity"):
                 n = 3 if k == "points" else 2
-                ok = all(isinstance(p, list) and len(p) == n and all(_num(v) for v in p) for p in value)
+                ok = all(isinstance(p, list) and len(p) == n and all(is_real(v) for v in p) for p in value)
                 if ok and k == "opacity" and not all(0 <= p[1] <= 1 for p in value):
                     want, ok = "opacities in [0, 1]", False
             elif ok:
-                ok = all(_num(v) for v in value) and (k != "point" or len(value) == 3)
+                ok = all(is_real(v) for v in value) and (k != "point" or len(value) == 3)
             if not ok:
                 problems.append(f"{path}: expected {want}, got {value!r}")
             return value
@@ -106,7 +106,8 @@ def is_number(s) -> bool:
         return False
 
 
-def _num(v) -> bool:
+def is_real(v) -> bool:
+    """Whether `v` is a finite int or float (not a bool)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
 
 
@@ -300,7 +301,7 @@ def validate(config) -> dict:
                             f"{', '.join(sorted(out['scenes'])) or 'none'}")
     params = out.get("params") or {}
     for k, v in params.items() if isinstance(params, Mapping) else ():
-        if not _num(v):
+        if not is_real(v):
             problems.append(f"params/{k}: expected a number, got {_what(v)}")
     steering = out.get("steering")
     if isinstance(steering, Mapping):
