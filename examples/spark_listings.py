@@ -325,8 +325,9 @@ def mesh_key(v, f, decimals=5):
     return sorted(map(bytes, t))
 
 
-def kill_daemons(engine) -> list[int]:
-    """SIGKILL the engine's daemons on this node; returns their pids."""
+def kill_daemons(engine, wait: float = 10.0) -> list[int]:
+    """SIGKILL the engine's daemons on this node and wait (up to `wait` s) until they are
+    gone; returns their pids."""
     import signal
 
     from insitu.pool import DaemonWorker
@@ -339,7 +340,21 @@ def kill_daemons(engine) -> list[int]:
             continue
         os.kill(pid, signal.SIGKILL)
         pids.append(pid)
+    # The kill is asynchronous: until the kernel has closed a daemon's sockets, a task may
+    # still reach it and then see its connection reset mid-package.
+    deadline = time.monotonic() + wait
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.01)
     return pids
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie has closed its sockets: not alive)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
 
 
 def _kill_daemons_later(i, blocks, *, engine, at: int, delay: float):
