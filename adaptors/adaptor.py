@@ -64,12 +64,18 @@ class Adaptor:
 
     def __init__(self, config, comm=None) -> None:
         self.config = load(config)
-        get_engine(self.config["engine"])
+        engine = self.config["engine"]
+        get_engine(engine["type"])
         self.comm = comm
         share_cpu_threads(comm)  # CPU kernels: the node's cores shared among its ranks
         self.ctx = Context(comm)
         self.rank, self.size = self.ctx.rank, self.ctx.size
-        self._scenes = SceneRenderer(self.ctx)
+        if engine["type"] == "spark":
+            from .spark_scenes import SparkSceneRenderer
+
+            self._scenes = SparkSceneRenderer(self.ctx, engine["params"])
+        else:
+            self._scenes = SceneRenderer(self.ctx)
         self._streams: dict = {}  # extract name -> FrameStream or MeshStream
         self._errors: list[str] = []
         self._step: int | None = None
@@ -386,7 +392,7 @@ class Adaptor:
         """Versions, engine, ranks, devices, what is configured, and the errors so far."""
         import insitu
 
-        return {"insitu": insitu.__version__, "engine": self.config["engine"], "ranks": self.size,
+        return {"insitu": insitu.__version__, "engine": self.config["engine"]["type"], "ranks": self.size,
                 "rank": self.rank, "cuda": arrays.cuda_available(), "pipelines": list(self.config["pipelines"]),
                 "scenes": list(self.config["scenes"]), "extracts": list(self.config["extracts"]),
                 "triggers": list(self.config["triggers"]), "executes": self._executes,

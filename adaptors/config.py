@@ -49,6 +49,9 @@ class Param:
 
     def check(self, value, path: str, problems: list[str]):
         k = self.kind
+        if k == "engine":  # a name, or {type, params} with the type's params
+            typed = {"type": value} if isinstance(value, str) else value
+            return _typed(typed, path, SCHEMA["engines"], "engine", problems)
         if k == "map":
             if not isinstance(value, Mapping):
                 problems.append(f"{path}: expected a map, got {_what(value)}")
@@ -137,7 +140,8 @@ SCHEMA: dict[str, Any] = {
         "scenes": P("map", "named scenes: plots and renders"),
         "extracts": P("map", "named extracts: data written beside the images"),
         "triggers": P("map", "named triggers: actions run only when a condition holds"),
-        "engine": P("enum:embedded", "who runs the workers (Spark arrives with its own issue)", "embedded"),
+        "engine": P("engine", "who runs the scenes' work: embedded (the simulation's ranks), or spark (Spark "
+                    "tasks on the node's worker daemons); a name or {type, params}", "embedded"),
         "exceptions": P("enum:catch|forward", "catch: a failing pipeline is logged and reported by results(), "
                         "the simulation goes on; forward: execute raises", "catch"),
         "ghost_field": P("str", "element field marking ghost cells (non-zero) in each domain", "ascent_ghosts"),
@@ -212,6 +216,17 @@ SCHEMA: dict[str, Any] = {
             "fields": P("names", "fields to write (default: all)"),
         },
     },
+    "engines": {
+        "embedded": {},
+        "spark": {
+            "master": P("str", "Spark master URL (local[N], local-cluster[...], spark://host:port); executors must "
+                        "run on the simulation's nodes: blocks are handed to the daemons there", "local[2]"),
+            "conf": P("map", "more Spark settings (name: value)"),
+            "cpu_daemons": P("int", "CPU worker daemons per node where there is no GPU", 1),
+            "timeout": P("number", "seconds a task or a rank waits for its worker daemon", 60.0),
+            "npartitions": P("int", "partitions per render (default: Spark's default parallelism)"),
+        },
+    },
     "trigger": {
         "condition": P("str", "expression over reductions: max(field('T')) > 2.0, cycle % 10 == 0, ..."),
         "every": P("int", "fire every N steps"),
@@ -268,6 +283,8 @@ def validate(config) -> dict:
     if not isinstance(config, Mapping):
         raise ConfigError([f"(top): expected a map of pipelines, scenes, extracts, triggers..., got {_what(config)}"])
     out = _params(config, SCHEMA["top"], "", problems)
+    if isinstance(out.get("engine"), str):  # the default
+        out["engine"] = {"type": out["engine"], "params": {}}
     out["pipelines"] = {name: _pipeline(p, f"pipelines/{name}", problems)
                         for name, p in _named(out.get("pipelines"), "pipelines", problems).items()}
     out["scenes"] = {name: _scene(s, f"scenes/{name}", out["pipelines"], problems)
@@ -299,6 +316,18 @@ def validate(config) -> dict:
         if sc is not None and sc.split("/")[0] not in out["scenes"]:
             problems.append(f"extracts/{name}/params/scene: unknown scene {sc!r}; known: "
                             f"{', '.join(sorted(out['scenes'])) or 'none'}")
+    eng = out.get("engine") or {}
+    if eng.get("type") == "spark":
+        prm = eng["params"]
+        if isinstance(prm.get("conf"), Mapping):
+            for k, v in prm["conf"].items():
+                if not isinstance(v, (str, int, float, bool)):
+                    problems.append(f"engine/params/conf/{k}: expected a string or number, got {_what(v)}")
+        for k in ("cpu_daemons", "npartitions"):
+            if isinstance(prm.get(k), int) and prm[k] < 1:
+                problems.append(f"engine/params/{k}: must be >= 1, got {prm[k]}")
+        if is_real(prm.get("timeout")) and prm["timeout"] <= 0:
+            problems.append(f"engine/params/timeout: must be > 0 seconds, got {prm['timeout']}")
     params = out.get("params") or {}
     for k, v in params.items() if isinstance(params, Mapping) else ():
         if not is_real(v):
@@ -454,4 +483,7 @@ def describe() -> str:
     for t, spec in SCHEMA["extracts"].items():
         table(f"Extract `{t}` (extracts/NAME: {{type: {t}, params: ...}})", spec)
     table("Trigger (triggers/NAME)", SCHEMA["trigger"])
+    for t, spec in SCHEMA["engines"].items():
+        if spec:
+            table(f"Engine `{t}` (engine: {t}, or engine: {{type: {t}, params: ...}})", spec)
     return "\n".join(lines)

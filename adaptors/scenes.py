@@ -147,14 +147,7 @@ class SceneRenderer:
                 if p["type"] == "volume" and steer.get("transfer_function"):
                     p = {**p, "color_table": {**p["color_table"], "opacity": steer["transfer_function"]}}
                 plots.append((pname, p, ds, field, lo, hi, cmap))
-            surface, volume, error = None, None, None
-            try:
-                surface, volume = self._local(plots, cam, w, h, bounds)
-            except Exception as e:
-                e.add_note(f"in scenes/{name}/renders/{rname} on rank {ctx.rank}")
-                error = e
-            ctx.agree(error, f"scenes/{name}/renders/{rname}")
-            rgba, depth = self._composite(surface, volume, raw, cam, w, h)
+            rgba, depth = self._draw(f"scenes/{name}/renders/{rname}", plots, cam, w, h, bounds, raw, step)
             if ctx.rank != 0:
                 continue
             bg = [float(c) for c in (list(r["bg_color"]) + [1.0])[:4]]
@@ -166,6 +159,20 @@ class SceneRenderer:
             ranges = {f: (lo, hi) for _, _, _, f, lo, hi, _ in plots}
             out[rname] = Rendered(rgba, depth, cam, ranges, path)
         return out
+
+    def _draw(self, where: str, plots: list, cam, w: int, h: int, bounds, raw: Dataset, step: int):
+        """The composited (rgba, depth) of `plots` at the root, (None, None) elsewhere.
+        `plots` holds ``(name, plot config, dataset, field, lo, hi, colormap)`` with
+        global ranges; every rank calls it."""
+        ctx = self.ctx
+        surface, volume, error = None, None, None
+        try:
+            surface, volume = self._local(plots, cam, w, h, bounds)
+        except Exception as e:
+            e.add_note(f"in {where} on rank {ctx.rank}")
+            error = e
+        ctx.agree(error, where)
+        return self._composite(surface, volume, raw, cam, w, h)
 
     def _local(self, plots, cam, w, h, bounds):
         from render.volume import over, ray_cast

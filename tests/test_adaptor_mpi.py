@@ -13,3 +13,13 @@ def test_decomposed_frame_equals_whole_field_render(mpi, tmp_path, nranks):
     p = mpi(nranks, "adaptor_check.py", tmp_path, env={"NUMBA_NUM_THREADS": "1"})
     assert p.returncode == 0, p.stdout + p.stderr
     assert f"OK ranks={nranks}" in p.stdout
+
+
+@pytest.mark.parametrize("nranks", [1, 3])
+def test_spark_engine_frame_equals_whole_field_render(mpi, tmp_path, nranks):
+    # The same job with engine: spark: the ranks hand their blocks to the node's worker
+    # daemon and Spark tasks (local[2]) draw them; the reference is the embedded
+    # one-process render.
+    p = mpi(nranks, "adaptor_check.py", tmp_path, "spark", env={"NUMBA_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stdout + p.stderr[-4000:]
+    assert f"OK ranks={nranks} engine=spark" in p.stdout

@@ -213,7 +213,9 @@ def _build(pkg: Package, tags: list, w: DaemonWorker, src, steps: tuple, local_d
         elif step == "exec_seq":
             ref = pkg.add("exec_seq", ref, args[0])
         elif step == "exec_gl":
-            ref = pkg.add("exec_gl", args[0], (ref, *args[1]), **kwargs)
+            kw = dict(kwargs)
+            front = (ref, key) if kw.pop("with_key", False) else (ref,)
+            ref = pkg.add("exec_gl", args[0], (*front, *args[1]), **kw)
     return ref
 
 

@@ -360,6 +360,37 @@ class SparkEngine:
         b = self.blocks(load_checkpoint_block, npartitions, keys=list(keys), args=(directory,))
         return b.cache_gpu()
 
+    def adopt(self, records: Sequence["BlockRecord"], npartitions: int | None = None) -> "SparkBlocks":
+        """Blocks that processes outside Spark cached on this engine's daemons (with
+        :meth:`insitu.pool.DaemonWorker.run` and the daemon socket of
+        :func:`insitu.pool.daemon.default_socket_path` in :attr:`daemon_dir`), as cached
+        :class:`SparkBlocks`; their tasks run on the daemons that hold them.
+
+        Parameters
+        ----------
+        records : sequence of BlockRecord
+            One per block (unique keys).
+        npartitions : int, optional
+            Default ``min(len(records), defaultParallelism)``; contiguous runs of records.
+        """
+        records = list(records)
+        if not records:
+            raise ValueError("SparkEngine.adopt: no records")
+        bad = [r for r in records if not isinstance(r, BlockRecord)]
+        if bad:
+            raise TypeError(f"SparkEngine.adopt: expected BlockRecord, got {type(bad[0]).__name__}")
+        keys = [r.key for r in records]
+        if len(set(keys)) != len(keys):
+            raise ValueError("SparkEngine.adopt: block keys repeat")
+        n = npartitions or min(len(records), self.sc.defaultParallelism)
+        if not (isinstance(n, int) and 1 <= n <= len(records)):
+            raise ValueError(f"SparkEngine.adopt: npartitions must be an int in [1, {len(records)}], got {npartitions!r}")
+        placement = {k: i * n // len(keys) for i, k in enumerate(keys)}
+        parts = [[] for _ in range(n)]
+        for r in records:
+            parts[placement[r.key]].append((r.key, "handle", r))
+        return SparkBlocks(self, self.sc.parallelize(parts, n).flatMap(_identity), placement, n, cached=True)
+
     def daemons(self) -> list[str]:
         """Sockets of the daemons of this engine's directory (on this node)."""
         return sorted(glob.glob(os.path.join(self.daemon_dir, "**", "*.sock"), recursive=True))
@@ -436,7 +467,8 @@ class SparkBlocks:
         return self._with("exec_seq", [(k, n, tuple(a)) for k, n, a in kernels])
 
     def exec_gl(self, fn: Callable, *args: Any, **kwargs: Any) -> "SparkBlocks":
-        """``fn(block, *args)`` with the daemon's OpenGL context current."""
+        """``fn(block, *args)`` with the daemon's OpenGL context current (``with_key=True``:
+        ``fn(block, key, *args)``)."""
         return self._with("exec_gl", fn, args, **kwargs)
 
     # -- actions ---------------------------------------------------------------------------------
@@ -454,9 +486,10 @@ class SparkBlocks:
         rdd.count()
         return SparkBlocks(self.engine, rdd, self.placement, self.npartitions, cached=True)
 
-    def recv_gpu(self) -> dict:
-        """Carry out the pending operations and return the blocks to the driver (host arrays)."""
-        return dict(self._job("recv").collect())
+    def recv_gpu(self, *, drop_sources: bool = False) -> dict:
+        """Carry out the pending operations and return the blocks to the driver (host
+        arrays); `drop_sources` frees the cached blocks they were computed from."""
+        return dict(self._job("recv", drop_sources=drop_sources).collect())
 
     def cache_gpu(self, *, drop_sources: bool = False) -> "SparkBlocks":
         """Carry out the pending operations, keep the results in the daemons' caches;

@@ -1,6 +1,10 @@
 """The adaptor on an mpirun job: composited frames equal a one-process render of the whole field.
 
-Usage: mpiexec -n N python tests/mpi/adaptor_check.py OUTDIR
+Usage: mpiexec -n N python tests/mpi/adaptor_check.py OUTDIR [ENGINE]
+
+ENGINE (default embedded) draws the decomposed run: ``spark`` hands the blocks to worker
+daemons and draws them in Spark tasks (local[2]); the reference is always drawn by one
+process on the embedded engine.
 
 Each rank hands its blocks (two ghost nodes, the Blueprint ghost field marking them) of a field
 decomposed over N ranks; the frame rank 0 writes is compared with a frame of the same
@@ -22,6 +26,7 @@ from adaptors.pipelines import Context, run_pipeline
 from insitu import Domain
 
 out = sys.argv[1]
+engine = sys.argv[2] if len(sys.argv) > 2 else "embedded"
 comm = MPI.COMM_WORLD
 rank, size = comm.rank, comm.size
 dims = (33, 29, 25)
@@ -31,8 +36,8 @@ field = np.sqrt((x[:, None, None] - 0.5) ** 2 + (y[None, :, None] - 0.45) ** 2 +
 speed = 1.0 + x[:, None, None] + 0.5 * np.sin(6 * y[None, :, None]) * np.ones(dims)
 
 
-def cfg(prefix):
-    return {"pipelines": {"pl": {"c": {"type": "contour", "params": {"field": "f", "iso_values": [0.3]}}}},
+def cfg(prefix, engine="embedded"):
+    return {"engine": engine, "pipelines": {"pl": {"c": {"type": "contour", "params": {"field": "f", "iso_values": [0.3]}}}},
             "scenes": {"s": {"plots": {"p": {"type": "pseudocolor", "pipeline": "pl", "field": "s"},
                                        "v": {"type": "volume", "field": "f", "min_value": 0.0, "max_value": 0.8,
                                              "color_table": {"name": "plasma", "opacity": [[0, 0.9], [0.8, 0.0]]}}},
@@ -55,7 +60,7 @@ def block_mesh(dom, g):
 dom = Domain.create(dims, nblocks=size * 2 if size < 4 else size, nranks=size, ghost=1)
 mesh = [block_mesh(dom, g) for g in dom.blocks_of(rank)]
 bad = []
-with adaptors.Adaptor(cfg(os.path.join(out, "split_%d")), comm) as a:
+with adaptors.Adaptor(cfg(os.path.join(out, "split_%d"), engine), comm) as a:
     if not a.execute(0, 0.0, mesh):
         bad.append(f"rank {rank}: {a.results()['errors']}")
 
@@ -92,5 +97,5 @@ if rank == 0:
         bad.append(f"eikonal: decomposed arrival times differ from the whole-grid solve by {worst:.3e}")
     for b in bad:
         print("FAIL", b, flush=True)
-    print(f"{'OK' if not bad else 'FAILED'} ranks={size} pixels_close={close:.5f} eikonal_err={worst:.2e}", flush=True)
+    print(f"{'OK' if not bad else 'FAILED'} ranks={size} engine={engine} pixels_close={close:.5f} eikonal_err={worst:.2e}", flush=True)
 sys.exit(1 if rank == 0 and bad else 0)

@@ -1,0 +1,300 @@
+"""Scenes drawn by Spark tasks on the worker daemons (``engine: spark``).
+
+Each render of a step goes like this:
+
+1. On the simulation's ranks, as with the embedded engine: pipelines (their filters are
+   cheap or collective: contour and threshold set up what to draw, the eikonal solve
+   exchanges halos between ranks), global colour ranges, bounds and the camera.
+2. Every rank hands the fields its domains' plots need to its node's worker daemon in
+   one command package (CUDA IPC on GPUs, shared memory on the CPU: no host copy of a
+   device field), where they are stacked into one cached block per domain.
+3. Rank 0, the Spark driver, adopts those blocks (:meth:`SparkEngine.adopt`) and runs
+   one Spark job: each task draws its blocks on the daemon that holds them (marching
+   cubes and rasterization for pseudocolor plots, ray casting for volume plots, with
+   the daemon's OpenGL context), returns one image per block and frees the block.
+4. The driver composites the block images: surfaces by depth, volumes by "over" in
+   visibility order, the volume over the surfaces; the base class adds the background.
+
+Spark's executors must run on the simulation's nodes (``local[N]``, or a cluster whose
+workers are there): the blocks live in the daemons of the node that made them.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Mapping
+
+import numpy as np
+
+from insitu import arrays
+
+from .pipelines import Context, Dataset
+from .scenes import SceneRenderer, _front_to_back
+
+__all__ = ["SparkSceneRenderer", "draw_block"]
+
+_SURFACES: dict = {}  # (thread, width, height) -> SurfaceRenderer, in a daemon
+
+
+def _stack(*fields):
+    """One block of a domain's fields (the daemon's copy, on the fields' device)."""
+    xp = arrays.get_array_module(fields[0])
+    dtype = np.result_type(*(f.dtype for f in fields))
+    return xp.stack([f.astype(dtype, copy=False) for f in fields])
+
+
+def _surface_renderer(w: int, h: int):
+    from render.surface import SurfaceRenderer
+
+    key = (threading.get_ident(), w, h)  # a GL context is current per thread
+    r = _SURFACES.get(key)
+    if r is None:
+        r = _SURFACES[key] = SurfaceRenderer(w, h)
+    return r
+
+
+def draw_block(block, key, specs: Mapping, cam, w: int, h: int, bounds):
+    """Draw one domain's plots in a worker daemon; returns ``(h, w, 9)`` float32: the
+    surface layer's premultiplied RGBA and depth (inf where empty) and the volume layer's
+    premultiplied RGBA.
+
+    Parameters
+    ----------
+    block : array
+        The domain's fields stacked (see :func:`_stack`), NumPy or CuPy.
+    key : hashable
+        The domain's key in `specs`.
+    specs : mapping
+        Per domain key: ``dtypes``, ``spacing``, ``origin``, ``cells``, ``node_origin``,
+        ``box`` and ``plots``: ``("pseudocolor", field, color, levels, lo, hi, cmap)`` or
+        ``("volume", field, lo, hi, cmap, opacity)`` with fields as indices into the block.
+    """
+    from render.contour import marching_cubes
+    from render.volume import TransferFunction, over, ray_cast
+
+    s = specs[key]
+    xp = arrays.get_array_module(block)
+    field = [block[i].astype(dt, copy=False) for i, dt in enumerate(s["dtypes"])]
+    lo_c, hi_c = s["cells"]
+    nodes = tuple(slice(a, b + 1) for a, b in zip(lo_c, hi_c))
+    out = xp.zeros((h, w, 9), xp.float32)
+    out[..., 4] = xp.inf
+    have_surface = False
+    for plot in s["plots"]:
+        if plot[0] == "pseudocolor":
+            _, fi, ci, levels, lo, hi, cmap = plot
+            verts, faces, normals, vals = marching_cubes(field[fi], levels, spacing=s["spacing"], origin=s["origin"],
+                                                         values=field[ci], region=s["cells"])
+            if len(faces) == 0:
+                continue
+            rgba, depth = _surface_renderer(w, h).render(verts, faces, normals, vals, camera=cam, bounds=bounds,
+                                                         vmin=lo, vmax=max(hi, lo + 1e-12), colormap=cmap)
+            if have_surface:
+                nearer = (depth < out[..., 4])[..., None]
+                out[..., :4] = xp.where(nearer, rgba, out[..., :4])
+                out[..., 4] = xp.minimum(depth, out[..., 4])
+            else:
+                out[..., :4], out[..., 4] = rgba, depth
+                have_surface = True
+        else:
+            _, fi, lo, hi, cmap, opacity = plot
+            tf = TransferFunction.from_colormap(cmap, lo, max(hi, lo + 1e-12), unit_length=1.0,
+                                                opacity=[tuple(x) for x in opacity] if opacity else None)
+            img, _ = ray_cast(field[fi][nodes], cam, w, h, tf, spacing=s["spacing"], origin=s["node_origin"],
+                              extent=s["box"], bounds=bounds)
+            out[..., 5:] = over(out[..., 5:], img.astype(xp.float32))
+    return out
+
+
+class SparkSceneRenderer(SceneRenderer):
+    """:class:`SceneRenderer` whose drawing runs as Spark tasks on worker daemons.
+
+    Parameters
+    ----------
+    ctx : Context
+        The simulation's ranks; rank 0 runs the Spark driver.
+    params : mapping
+        ``engine/params`` of the configuration: master, conf, cpu_daemons, timeout,
+        npartitions.
+    """
+
+    def __init__(self, ctx: Context, params: Mapping[str, Any]) -> None:
+        super().__init__(ctx)
+        self.params = dict(params)
+        self.engine = None
+        self._workers: dict = {}
+        error, directory = None, None
+        if ctx.rank == 0:
+            try:
+                from insitu.engine.spark import SparkEngine
+
+                self.engine = SparkEngine(self.params["master"], app_name="insitu-adaptor",
+                                          conf={k: str(v) for k, v in (self.params.get("conf") or {}).items()},
+                                          cpu_daemons=self.params["cpu_daemons"], timeout=self.params["timeout"])
+                directory = self.engine.daemon_dir
+            except Exception as e:  # noqa: BLE001 - every rank raises it below
+                e.add_note("while starting Spark for engine: spark")
+                error = e
+        ctx.agree(error, "engine: spark")
+        self.daemon_dir = directory if ctx.comm is None else ctx.comm.bcast(directory, root=0)
+
+    def close(self) -> None:
+        super().close()
+        for w in self._workers.values():
+            w.close()
+        self._workers.clear()
+        if self.ctx.comm is not None:
+            self.ctx.comm.Barrier()  # no rank still talks to a daemon the driver stops
+        if self.engine is not None:
+            self.engine.stop()
+            self.engine = None
+
+    def _worker(self, device: int | None):
+        """This rank's connection to its node's daemon for `device` (started if none runs)."""
+        w = self._workers.get(device)
+        if w is None:
+            from insitu.pool.daemon import ensure_daemon
+
+            t = float(self.params["timeout"])
+            w = self._workers[device] = ensure_daemon(device, directory=self.daemon_dir,
+                                                      timeout=max(t, 60.0)).client(timeout=t)
+        return w
+
+    def _hand_over(self, plots: list, raw: Dataset) -> tuple[list, dict]:
+        """This rank's domains to its daemon: (block records, draw specs by key)."""
+        from insitu.engine.spark import BlockRecord
+        from insitu.pool import Package, WorkerDiedError
+
+        per_domain = []
+        for i, d in enumerate(raw.domains):
+            names, fields, specs = {}, [], []
+
+            def index(ds: Dataset, name: str) -> int:
+                if (id(ds), name) not in names:
+                    names[(id(ds), name)] = len(fields)
+                    fields.append(ds.domains[i].vertex_array(name))
+                return names[(id(ds), name)]
+
+            for pname, p, ds, field, lo, hi, cmap in plots:
+                if p["type"] == "pseudocolor":
+                    if ds.surface is None:
+                        raise ValueError(f"plot {pname}: pipeline {p['pipeline']!r} makes no surface "
+                                         "(end it with a contour or threshold filter)")
+                    s = ds.surface
+                    specs.append(("pseudocolor", index(ds, s.field), index(ds, field or s.color_default),
+                                  list(s.levels), float(lo), float(hi), cmap))
+                else:
+                    opacity = p["color_table"].get("opacity")
+                    specs.append(("volume", index(ds, ds.volume_names.get(field, field)), float(lo), float(hi), cmap,
+                                  None if opacity is None else [list(map(float, x)) for x in opacity]))
+            per_domain.append((d, fields, specs))
+        if not per_domain:
+            return [], {}
+        devices = {arrays.device_id(f) if arrays.is_device_array(f) else None for _, fs, _ in per_domain for f in fs}
+        if len(devices) != 1:
+            raise ValueError(f"engine: spark: this rank's fields are on several devices ({sorted(map(str, devices))})")
+        device = devices.pop()
+        w = self._worker(device)
+        pkg = Package()
+        for d, fields, _ in per_domain:
+            pkg.add("cache", pkg.add("exec", _stack, None, tuple(pkg.add("send", f) for f in fields)))
+        try:
+            handles = w.run(pkg)
+        except WorkerDiedError as e:
+            if not str(e).startswith("no worker daemon listens"):
+                raise
+            # The daemon died since the last step and never saw this package: start a new one.
+            self._workers.pop(device).close()
+            w = self._worker(device)
+            handles = w.run(pkg)
+        rank = self.ctx.rank
+        records, specs = [], {}
+        for i, ((d, fields, plot_specs), h) in enumerate(zip(per_domain, handles)):
+            key = (rank, i)
+            records.append(BlockRecord(key, h, w.socket_path, device, w.pid))
+            specs[key] = {"dtypes": [np.dtype(f.dtype) for f in fields], "spacing": tuple(map(float, d.spacing)),
+                          "origin": tuple(map(float, d.origin)), "cells": d.cells,
+                          "node_origin": tuple(map(float, d.node_origin)), "box": tuple(map(float, d.box)),
+                          "plots": plot_specs}
+        return records, specs
+
+    def _draw(self, where: str, plots: list, cam, w: int, h: int, bounds, raw: Dataset, step: int):
+        ctx = self.ctx
+        records, specs, error = [], {}, None
+        try:
+            records, specs = self._hand_over(plots, raw)
+        except Exception as e:
+            e.add_note(f"in {where} on rank {ctx.rank} (handing the fields to the worker daemon)")
+            error = e
+        try:
+            ctx.agree(error, where)
+        except Exception:
+            self._drop(records)
+            raise
+        if ctx.comm is not None:
+            gathered = ctx.comm.gather((records, specs), root=0)
+            if ctx.rank == 0:
+                records = [r for rs, _ in gathered for r in rs]
+                specs = {k: v for _, sp in gathered for k, v in sp.items()}
+        result, error = (None, None), None
+        if ctx.rank == 0:
+            try:
+                result = self._spark_draw(records, specs, cam, w, h, bounds, where)
+            except Exception as e:
+                error = e
+        ctx.agree(error, where)
+        return result
+
+    def _drop(self, records: list) -> None:
+        """Free blocks this rank handed over when the step failed elsewhere."""
+        from insitu.pool import Package
+
+        if not records:
+            return
+        pkg = Package()
+        for r in records:
+            pkg.add("drop", r.handle)
+        try:
+            self._worker(records[0].device).run(pkg)
+        except Exception:  # noqa: BLE001 - the step's own error is the one reported
+            pass
+
+    def _spark_draw(self, records: list, specs: dict, cam, w: int, h: int, bounds, where: str):
+        from render.composite import depth_composite, over_composite
+        from render.volume import over
+
+        kinds = {p[0] for s in specs.values() for p in s["plots"]}
+        if not records:
+            return np.zeros((h, w, 4), np.float32), None
+        n = self.params.get("npartitions") or min(len(records), self.engine.default_parallelism)
+        blocks = self.engine.adopt(records, min(n, len(records)))
+        try:
+            images = blocks.exec_gl(draw_block, specs, cam, w, h, tuple(bounds), with_key=True).recv_gpu(
+                drop_sources=True)
+        except Exception as e:
+            raise RuntimeError(f"{where}: the Spark job drawing {len(records)} blocks failed: "
+                               f"{_python_error(e)}") from e
+        keys = sorted(images)
+        surface = volume = None
+        if "pseudocolor" in kinds:
+            surface = depth_composite([images[k][..., :4] for k in keys], [images[k][..., 4] for k in keys])
+            if not np.isfinite(surface[1]).any():
+                surface = None  # no triangles anywhere: no surface layer, as with the embedded engine
+        if "volume" in kinds:
+            order = _front_to_back([specs[k]["box"] for k in keys], cam.position)
+            volume = over_composite([images[keys[i]][..., 5:] for i in order])
+        if surface is None:
+            return (np.zeros((h, w, 4), np.float32) if volume is None else volume), None
+        if volume is None:
+            return surface
+        return over(volume, surface[0]), surface[1]
+
+
+def _python_error(e: BaseException) -> str:
+    """The Python exception inside a Py4J error's Java trace (its last line), else `e`."""
+    text = str(e)
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line and ("Error:" in line or "Exception:" in line) and not line.startswith(("at ", "org.apache", "py4j")):
+            return line
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"

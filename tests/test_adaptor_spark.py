@@ -1,0 +1,101 @@
+"""The adaptor with ``engine: spark`` in one process: frames equal the embedded engine's,
+a failure inside a Spark task is reported and the simulation goes on, a killed worker
+daemon is replaced at the next step. (Decomposed runs under mpiexec: test_adaptor_mpi.)"""
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import adaptors
+from adaptors.config import load
+from insitu.pool import DaemonWorker
+from insitu.pool.daemon import default_socket_path
+from render.image import read_png
+
+N = 41
+X = np.linspace(-1.2, 1.2, N)
+H = X[1] - X[0]
+R = np.sqrt(X[:, None, None] ** 2 + X[None, :, None] ** 2 + X[None, None, :] ** 2)
+SPARK = {"type": "spark", "params": {"master": "local[2]", "timeout": 30}}
+
+
+def two_domains(field=R):
+    """The field in two domains along x with one shared ghost layer (Blueprint ghosts)."""
+    m = N // 2
+    lo = adaptors.uniform({"r": field[:m + 2]}, origin=(-1.2,) * 3, spacing=(H,) * 3, ghost=((0, 1), (0, 0), (0, 0)),
+                          domain_id=0)
+    hi = adaptors.uniform({"r": field[m - 1:]}, origin=(-1.2 + (m - 1) * H, -1.2, -1.2), spacing=(H,) * 3,
+                          ghost=((1, 0), (0, 0), (0, 0)), domain_id=1)
+    return [lo, hi]
+
+
+def config(prefix, engine):
+    return {"engine": engine,
+            "pipelines": {"pl": {"c": {"type": "contour", "params": {"field": "r", "iso_values": [0.7, 1.0]}}}},
+            "scenes": {"s": {"plots": {"p": {"type": "pseudocolor", "pipeline": "pl"},
+                                       "v": {"type": "volume", "field": "r",
+                                             "color_table": {"name": "plasma", "opacity": [[0.0, 0.6], [1.2, 0.0]]}}},
+                             "renders": {"r": {"image_width": 96, "image_height": 80, "image_prefix": prefix,
+                                               "camera": {"azimuth": 35, "elevation": 25}}}}}}
+
+
+def close_fraction(a, b) -> float:
+    A, B = read_png(a).astype(int), read_png(b).astype(int)
+    return float((np.abs(A - B) <= 1).all(axis=2).mean())
+
+
+@pytest.fixture(scope="module")
+def spark_adaptor(tmp_path_factory):
+    out = tmp_path_factory.mktemp("spark")
+    a = adaptors.Adaptor(config(str(out / "spark_%d"), SPARK))
+    yield a, out
+    a.finalize()
+
+
+def test_frames_equal_the_embedded_engine(spark_adaptor):
+    a, out = spark_adaptor
+    with adaptors.Adaptor(config(str(out / "embedded_%d"), "embedded")) as e:
+        assert e.execute(0, 0.0, two_domains()), e.results()["errors"]
+    assert a.execute(0, 0.0, two_domains()), a.results()["errors"]
+    assert a.about()["engine"] == "spark"
+    assert (read_png(out / "spark_0.png")[..., 3] > 0).mean() > 0.1  # something drawn
+    assert close_fraction(out / "spark_0.png", out / "embedded_0.png") >= 0.999
+
+
+def test_a_failing_task_is_reported_and_the_next_step_runs(spark_adaptor):
+    a, out = spark_adaptor
+    bad = R.copy()
+    bad[3, 4, 5] = np.nan  # marching cubes refuses non-finite input, inside the Spark task
+    assert a.execute(1, 0.1, two_domains(bad)) is False
+    err = a.results()["errors"][-1]
+    assert "step 1" in err and "Spark job" in err and "NaN" in err, err
+    assert a.execute(2, 0.2, two_domains()), a.results()["errors"]
+    assert os.path.exists(out / "spark_2.png")
+
+
+def test_a_killed_daemon_is_replaced_at_the_next_step(spark_adaptor):
+    a, out = spark_adaptor
+    sock = default_socket_path(None, directory=a._scenes.daemon_dir)
+    pid = DaemonWorker(sock, timeout=5).ping()
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert a.execute(3, 0.3, two_domains()), a.results()["errors"]
+    assert DaemonWorker(sock, timeout=5).ping() != pid
+    assert close_fraction(out / "spark_3.png", out / "spark_0.png") >= 0.999
+
+
+def test_spark_settings_are_checked():
+    with pytest.raises(adaptors.ConfigError) as e:
+        load({"engine": {"type": "spark", "params": {"master": 2, "cpu_daemons": 0, "timeout": -1, "conf": {"a": [1]}}}})
+    text = str(e.value)
+    for path in ("engine/params/master", "engine/params/cpu_daemons", "engine/params/timeout",
+                 "engine/params/conf/a"):
+        assert path in text, text
+    with pytest.raises(adaptors.ConfigError, match="engine/type: unknown engine 'sparkly'; known: embedded, spark"):
+        load({"engine": "sparkly"})
