@@ -66,6 +66,9 @@ def main(argv=None) -> int:
     ap.add_argument("--steer-at", type=int, default=None)
     ap.add_argument("--steer-iso", type=float, default=None)
     ap.add_argument("--backend", choices=("numpy", "cupy"), default="numpy")
+    ap.add_argument("--engine", default=None,
+                    help="override the config's engine: embedded, or a Spark master URL (local[2], spark://...) "
+                         "to draw the frames in Spark tasks on worker daemons")
     args = ap.parse_args(argv)
 
     from mpi4py import MPI
@@ -100,6 +103,10 @@ def main(argv=None) -> int:
                 if f.get("type") == "contour":
                     f["params"] = {**f.get("params", {}), "iso_values": [args.iso]}
                     f["params"].pop("levels", None)
+    if args.engine is not None:
+        cfg["engine"] = ("embedded" if args.engine == "embedded" else
+                         {"type": "spark", "params": {**(cfg.get("engine") or {}).get("params", {}),
+                                                      "master": args.engine}})
     for e in cfg.get("extracts", {}).values():
         if e.get("type") in ("adios2", "adios2_mesh"):
             e["params"]["filename"] = os.path.join(args.out, os.path.basename(e["params"]["filename"]))

@@ -81,6 +81,23 @@ def test_eikonal_insitu_writes_a_frame_per_step_and_steering_shows_next_frame(mp
     np.testing.assert_array_equal(img, frame("a", 5))
 
 
+def test_eikonal_insitu_on_the_spark_engine_draws_the_embedded_frames(mpi, tmp_path):
+    # --engine local[2]: the frames are drawn by Spark tasks on the worker daemons.
+    common = ["--shape", 24, 22, 20, "--steps", 3, "--size", 96, 72]
+    script = os.path.join(ROOT, "examples", "eikonal_insitu.py")
+    runs = {}
+    for name, engine in (("spark", "local[2]"), ("embedded", "embedded")):
+        p = runs[name] = mpi(2, script, *common, "--engine", engine, "--out", tmp_path / name,
+                             env={"NUMBA_NUM_THREADS": "1"})
+        assert p.returncode == 0, p.stdout + p.stderr[-4000:]
+        assert "failed_steps=0" in p.stdout
+    for step in range(3):
+        a = np.asarray(Image.open(tmp_path / "spark" / f"frame_{step:04d}.png")).astype(int)
+        b = np.asarray(Image.open(tmp_path / "embedded" / f"frame_{step:04d}.png")).astype(int)
+        assert (np.abs(a - b) <= 1).all(axis=2).mean() > 0.999
+    assert a[..., :3].std() > 5
+
+
 def test_mpmd_in_transit_job_draws_the_in_situ_frames(mpi, tmp_path):
     import subprocess
     import sys
