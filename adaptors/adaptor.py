@@ -31,6 +31,7 @@ from typing import Any, Mapping
 from insitu import arrays
 from insitu.engine import get_engine
 from insitu.launch import share_cpu_threads
+from insitu.profile import StageTimer
 
 from . import mesh as _mesh
 from .config import is_number, is_real, load
@@ -70,12 +71,14 @@ class Adaptor:
         share_cpu_threads(comm)  # CPU kernels: the node's cores shared among its ranks
         self.ctx = Context(comm)
         self.rank, self.size = self.ctx.rank, self.ctx.size
+        self.prof = StageTimer(self.config["profile"])
         if engine["type"] == "spark":
             from .spark_scenes import SparkSceneRenderer
 
             self._scenes = SparkSceneRenderer(self.ctx, engine["params"])
         else:
             self._scenes = SceneRenderer(self.ctx)
+        self._scenes.prof = self.prof
         self._streams: dict = {}  # extract name -> FrameStream or MeshStream
         self._errors: list[str] = []
         self._step: int | None = None
@@ -235,7 +238,7 @@ class Adaptor:
             if self.config["exceptions"] == "forward":
                 raise
             ok = False
-        self._timings["execute"] = _time.perf_counter() - t0
+        self._timings = {**self.prof.times(), "execute": _time.perf_counter() - t0}
         self._executes += 1
         return ok
 
@@ -245,12 +248,13 @@ class Adaptor:
         if self._steering["pause"] or not self._busy(step):
             return  # nothing runs this step: the mesh is not even looked at
         domains, error = [], None
-        try:
-            domains = _mesh.parse(mesh, ghost_field=self.config["ghost_field"])
-            self._check_fields(domains)
-        except (MeshError, ValueError, TypeError) as e:
-            error = e
-        self.ctx.agree(error, f"mesh of step {step}")
+        with self.prof.stage("mesh"):
+            try:
+                domains = _mesh.parse(mesh, ghost_field=self.config["ghost_field"])
+                self._check_fields(domains)
+            except (MeshError, ValueError, TypeError) as e:
+                error = e
+            self.ctx.agree(error, f"mesh of step {step}")
         raw = Dataset(domains)
         active = self._active(step, time, domains)
         needed = {p["pipeline"] for s in active if s in self.config["scenes"]
@@ -261,7 +265,8 @@ class Adaptor:
                 steer = {f: {"iso_values": self._steering["iso_values"][name]}
                          for f, flt in self.config["pipelines"][name].items()
                          if flt["type"] == "contour" and name in self._steering["iso_values"]}
-                datasets[name] = run_pipeline(name, self.config["pipelines"][name], domains, self.ctx, steer)
+                with self.prof.stage("pipelines"):
+                    datasets[name] = run_pipeline(name, self.config["pipelines"][name], domains, self.ctx, steer)
         images = {}
         for sname in (s for s in self.config["scenes"] if s in active):
             out = self._scenes.render(sname, self.config["scenes"][sname], datasets, raw, self._steering, step)
@@ -270,9 +275,11 @@ class Adaptor:
                 if r.path:
                     from render.image import write_png
 
-                    self._frames.append(write_png(r.path, r.rgba))
+                    with self.prof.stage("png"):
+                        self._frames.append(write_png(r.path, r.rgba))
         for ename in (e for e in self.config["extracts"] if e in active):
-            self._extract(ename, self.config["extracts"][ename], images, domains, step, time)
+            with self.prof.stage("extracts"):
+                self._extract(ename, self.config["extracts"][ename], images, domains, step, time)
 
     def _busy(self, step: int) -> bool:
         """Whether anything may run this step (conditions need the mesh to decide)."""

@@ -148,6 +148,9 @@ SCHEMA: dict[str, Any] = {
         "params": P("map", "user parameters (name: number), steerable, reported by results()"),
         "steering": P("map", "where steering updates come from: {file: path} (a JSON object read when it changes)"),
         "log": P("enum:quiet|errors|info", "what the adaptor prints on stderr", "errors"),
+        "profile": P("bool", "time every stage of execute (mesh, pipelines, ranges, contour, render, volume, "
+                     "composite, png, extracts) into results()['timings']: CUDA events on GPUs, waiting for "
+                     "each stage's work", False),
     },
     "filters": {
         "contour": {

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from insitu import arrays
+from insitu.profile import StageTimer
 
 from .pipelines import Context, Dataset
 
@@ -94,6 +95,7 @@ class SceneRenderer:
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.prof = StageTimer()  # the adaptor gives its own
         self._surfaces: dict = {}
         self._tfs: dict = {}
 
@@ -141,8 +143,9 @@ class SceneRenderer:
             for pname, p in scene["plots"].items():
                 ds = datasets[p["pipeline"]] if p.get("pipeline") else raw
                 field = p.get("field") or (ds.surface.color_default if ds.surface else None)
-                lo = p["min_value"] if p["min_value"] is not None else ctx.reduce_field(ds.domains, field, "min")
-                hi = p["max_value"] if p["max_value"] is not None else ctx.reduce_field(ds.domains, field, "max")
+                with self.prof.stage("ranges"):
+                    lo = p["min_value"] if p["min_value"] is not None else ctx.reduce_field(ds.domains, field, "min")
+                    hi = p["max_value"] if p["max_value"] is not None else ctx.reduce_field(ds.domains, field, "max")
                 cmap = steer.get("colormap") or p["color_table"]["name"]
                 if p["type"] == "volume" and steer.get("transfer_function"):
                     p = {**p, "color_table": {**p["color_table"], "opacity": steer["transfer_function"]}}
@@ -151,10 +154,11 @@ class SceneRenderer:
             if ctx.rank != 0:
                 continue
             bg = [float(c) for c in (list(r["bg_color"]) + [1.0])[:4]]
-            behind = 1 - rgba[..., 3]
-            rgba = rgba.copy()
-            for c in range(4):  # scalars as kernel arguments: nothing is uploaded
-                rgba[..., c] += behind * (bg[c] * bg[3] if c < 3 else bg[3])
+            with self.prof.stage("composite"):
+                behind = 1 - rgba[..., 3]
+                rgba = rgba.copy()
+                for c in range(4):  # scalars as kernel arguments: nothing is uploaded
+                    rgba[..., c] += behind * (bg[c] * bg[3] if c < 3 else bg[3])
             path = frame_path(r["image_prefix"], step) if r.get("image_prefix") else None
             ranges = {f: (lo, hi) for _, _, _, f, lo, hi, _ in plots}
             out[rname] = Rendered(rgba, depth, cam, ranges, path)
@@ -171,8 +175,9 @@ class SceneRenderer:
         except Exception as e:
             e.add_note(f"in {where} on rank {ctx.rank}")
             error = e
-        ctx.agree(error, where)
-        return self._composite(surface, volume, raw, cam, w, h)
+        with self.prof.stage("composite"):
+            ctx.agree(error, where)
+            return self._composite(surface, volume, raw, cam, w, h)
 
     def _local(self, plots, cam, w, h, bounds):
         from render.volume import over, ray_cast
@@ -180,16 +185,18 @@ class SceneRenderer:
         surface = volume = None
         for pname, p, ds, field, lo, hi, cmap in plots:
             if p["type"] == "pseudocolor":
-                mesh = _merge(ds.surface_parts(field)) if ds.surface else None
                 if ds.surface is None:
                     raise ValueError(f"plot {pname}: pipeline {p['pipeline']!r} makes no surface "
                                      "(end it with a contour or threshold filter)")
-                r = self._surface_renderer(w, h)
+                with self.prof.stage("contour"):
+                    mesh = _merge(ds.surface_parts(field))
                 if mesh is None:
                     continue
-                rgba, depth = r.render(*mesh, camera=cam, bounds=bounds, vmin=lo, vmax=max(hi, lo + 1e-12),
-                                       colormap=cmap)
-                rgba, depth = rgba.copy(), depth.copy()  # the renderer reuses its frame buffers
+                with self.prof.stage("render"):
+                    r = self._surface_renderer(w, h)
+                    rgba, depth = r.render(*mesh, camera=cam, bounds=bounds, vmin=lo, vmax=max(hi, lo + 1e-12),
+                                           colormap=cmap)
+                    rgba, depth = rgba.copy(), depth.copy()  # the renderer reuses its frame buffers
                 if surface is None:
                     surface = (rgba, depth)
                 else:
@@ -202,8 +209,9 @@ class SceneRenderer:
                 order = _front_to_back([d.box for d in ds.domains], cam.position)
                 for i in order:
                     d = ds.domains[i]
-                    img, _ = ray_cast(d.vertex_values(ds.volume_names.get(field, field)), cam, w, h, tf, spacing=d.spacing,
-                                      origin=d.node_origin, extent=d.box, bounds=bounds)
+                    with self.prof.stage("volume"):
+                        img, _ = ray_cast(d.vertex_values(ds.volume_names.get(field, field)), cam, w, h, tf,
+                                          spacing=d.spacing, origin=d.node_origin, extent=d.box, bounds=bounds)
                     volume = img if volume is None else over(volume, img)
         return surface, volume
 

@@ -222,7 +222,8 @@ class SparkSceneRenderer(SceneRenderer):
         ctx = self.ctx
         records, specs, error = [], {}, None
         try:
-            records, specs = self._hand_over(plots, raw)
+            with self.prof.stage("handover"):
+                records, specs = self._hand_over(plots, raw)
         except Exception as e:
             e.add_note(f"in {where} on rank {ctx.rank} (handing the fields to the worker daemon)")
             error = e
@@ -239,7 +240,8 @@ class SparkSceneRenderer(SceneRenderer):
         result, error = (None, None), None
         if ctx.rank == 0:
             try:
-                result = self._spark_draw(records, specs, cam, w, h, bounds, where)
+                with self.prof.stage("spark"):
+                    result = self._spark_draw(records, specs, cam, w, h, bounds, where)
             except Exception as e:
                 error = e
         ctx.agree(error, where)

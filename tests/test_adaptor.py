@@ -396,3 +396,18 @@ def test_a_bad_steering_update_changes_nothing(tmp_path):
         res = a.results()
         assert res["camera"] == {} and res["iso_values"] == {"pl": [0.8]} and not res["pause"]
         assert a.execute(0, 0.0, sphere_mesh())  # the frames go on as configured
+
+
+def test_profile_times_every_stage_of_execute(tmp_path):
+    cfg = config(tmp_path, profile=True)
+    cfg["scenes"]["s"]["plots"]["v"] = {"type": "volume", "field": "r"}
+    with adaptors.Adaptor(cfg) as a:
+        assert a.execute(0, 0.0, sphere_mesh())
+        t = a.results()["timings"]
+    stages = {"mesh", "ranges", "contour", "render", "volume", "composite", "png"}
+    assert stages <= set(t), t
+    assert all(t[s] > 0 for s in stages)
+    assert sum(t[s] for s in stages) <= t["execute"]
+    with adaptors.Adaptor(config(tmp_path)) as a:  # off by default: only the total
+        assert a.execute(0, 0.0, sphere_mesh())
+        assert set(a.results()["timings"]) == {"execute"}

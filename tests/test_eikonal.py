@@ -147,3 +147,20 @@ def test_simulation_command_bad_speed_is_a_clear_error(mpi):
     p = mpi(2, "-m", "solvers.eikonal", "--shape", 8, 8, 8, "--speed", "granite", env=MPI_ENV)
     assert p.returncode != 0
     assert "error: speed: unknown model 'granite'" in p.stderr
+
+
+def test_speed_model_evaluated_by_an_array_module_equals_the_host_set_up():
+    # The GPU set-up evaluates a model with the device's array module; with NumPy as that
+    # module it must give the host set-up's speeds, and refuse the same bad speeds.
+    from solvers.eikonal import _block_speed, _block_speed_on
+    from solvers.eikonal.speed import random_smooth, two_layer
+
+    dom = Domain.create((20, 18, 16), blocks=(2, 1, 2), spacing=(0.05, 0.05, 0.06))
+    for model in (two_layer(interface=0.4), random_smooth(seed=3)):
+        for g in range(dom.nblocks):
+            np.testing.assert_array_equal(_block_speed_on(np, model, dom, g), _block_speed(model, dom, g))
+    with pytest.raises(ValueError, match="found values <= 0 in block 0"):
+        _block_speed_on(np, lambda x, y, z: x - 0.5, dom, 0)
+    last = dom.nblocks - 1  # the block at the far x end
+    with pytest.raises(ValueError, match=f"found NaN in block {last}"):
+        _block_speed_on(np, lambda x, y, z: np.where(x > 0.6, np.nan, 1.0), dom, last)

@@ -32,8 +32,11 @@ import numpy as np
 from insitu import arrays
 from insitu.domain import Domain
 from insitu.halo import HaloExchange
+from insitu.profile import StageTimer
 
 from . import speed as speed_models
+
+_NO_PROFILE = StageTimer()
 
 __all__ = ["EikonalSolver", "Iterate", "seeds_from_fractions", "solve", "speed_models", "update_block"]
 
@@ -123,17 +126,22 @@ class EikonalSolver:
         g = domain.ghost
         for gid in domain.blocks_of(self.rank):
             b = domain.block(gid)
-            sp = _block_speed(speed, domain, gid)
-            w = np.full(b.padded_shape, np.inf)
+            # A speed model on the GPU is evaluated there: a 1344^3 block set up on the
+            # host would take minutes and tens of GB of host memory.
+            on_device = xp is not np and _is_model(speed)
+            ns = xp if on_device else np
+            sp = _block_speed_on(xp, speed, domain, gid) if on_device else _block_speed(speed, domain, gid)
+            w = ns.full(b.padded_shape, np.inf)
             w[b.interior] = 1.0 / sp
-            T = np.full(b.padded_shape, np.inf)
-            frozen = np.zeros(b.padded_shape, np.bool_)
+            del sp
+            T = ns.full(b.padded_shape, np.inf)
+            frozen = ns.zeros(b.padded_shape, np.bool_)
             for idx in seed_idx:
                 if all(l <= i < h for i, l, h in zip(idx, b.lo, b.hi)):
                     loc = tuple(i - l + g for i, l in zip(idx, b.lo))
                     frozen[loc] = True
                     T[loc] = 0.0
-            if xp is not np:
+            if xp is not np and not on_device:
                 T, w, frozen = (arrays.to_device(a) for a in (T, w, frozen))
             self._T[gid], self._w[gid], self._frozen[gid] = T, w, frozen
             self._out[gid] = T.copy()
@@ -143,13 +151,20 @@ class EikonalSolver:
         self._halo.exchange(self._T)
         self._halo.exchange(self._out)
 
-    def step(self) -> float:
+    def step(self, profile: StageTimer | None = None) -> float:
         """One iteration: halo exchange, then `local_iters` sweeps per block.
 
         Returns the largest change of any node on any rank. On the GPU that takes one
-        scalar read per rank (counted as such by :mod:`insitu.arrays`).
+        scalar read per rank (counted as such by :mod:`insitu.arrays`). `profile` times
+        the stages ``halo`` and ``eikonal`` (the sweeps and the global change).
         """
-        self._halo.exchange(self._T)
+        prof = profile or _NO_PROFILE
+        with prof.stage("halo"):
+            self._halo.exchange(self._T)
+        with prof.stage("eikonal"):
+            return self._sweep()
+
+    def _sweep(self) -> float:
         change = 0.0
         dev = []
         for gid in self._T:
@@ -278,6 +293,30 @@ def _block_speed(speed, domain: Domain, gid: int) -> np.ndarray:
     sp = np.asarray(sp, dtype=np.float64)
     if not np.isfinite(sp).all() or not (sp > 0).all():
         what = "NaN" if np.isnan(sp).any() else "inf" if np.isinf(sp).any() else "values <= 0"
+        raise ValueError(f"speed: must be finite and > 0 everywhere; found {what} in block {gid}")
+    return sp
+
+
+def _is_model(speed) -> bool:
+    """A speed model ``(x, y, z) -> speed`` (not an array, an HDF5 reader or a device array)."""
+    return callable(speed) and not hasattr(speed, "shape") and not isinstance(speed, _DeviceSpeed)
+
+
+def _block_speed_on(xp, model, domain: Domain, gid: int):
+    """Block `gid`'s speeds from `model` evaluated with `xp` (CuPy) arrays, validated
+    there (one scalar read)."""
+    b = domain.block(gid)
+    up = np.asarray if xp is np else arrays.to_device  # set-up transfers are counted
+    x, y, z = (up(c) for c in domain.coordinates(gid, ghost=False))
+    sp = model(x[:, None, None], y[None, :, None], z[None, None, :])
+    if arrays.backend_of(sp) != arrays.backend_of(x):  # a model that made a host array
+        sp = up(np.asarray(sp))
+    sp = xp.broadcast_to(sp.astype(np.float64, copy=False), b.shape)
+    ok = xp.isfinite(sp) & (sp > 0)
+    if not arrays.scalar_to_host(ok.all()):
+        bad = sp[~ok]
+        what = ("NaN" if arrays.scalar_to_host(xp.isnan(bad).any()) else
+                "inf" if arrays.scalar_to_host(xp.isinf(bad).any()) else "values <= 0")
         raise ValueError(f"speed: must be finite and > 0 everywhere; found {what} in block {gid}")
     return sp
 
