@@ -129,3 +129,33 @@ def test_mpmd_in_transit_job_draws_the_in_situ_frames(mpi, tmp_path):
         b = np.asarray(Image.open(tmp_path / "situ" / f"frame_{step:04d}.png")).astype(int)
         assert (np.abs(a - b) <= 1).all(axis=2).mean() > 0.999
     assert a[..., :3].std() > 5  # the last frame shows the front, not only the background
+
+
+def _table_rows(md: str, first: str) -> list[list[str]]:
+    """Rows (cells) of the markdown tables in `md` whose first cell starts with `first`."""
+    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in md.splitlines()
+            if line.startswith("| " + first)]
+
+
+def test_end_to_end_benchmark_runs_and_its_meshes_do_not_depend_on_the_ranks(mpi, tmp_path):
+    # examples/bench_insitu.py on the CPU path, small: the in-situ iteration (eikonal sweep,
+    # hand-off, contour, render, composite, SST frames) and the Mandelbulb table on 1 and 2
+    # ranks. Block Jacobi with a halo exchange before every sweep is decomposition
+    # independent, so the surfaces have the same triangles on 1 and 2 ranks.
+    script = os.path.join(ROOT, "examples", "bench_insitu.py")
+    faces = {}
+    for n in (1, 2):
+        md = tmp_path / f"r{n}.md"
+        p = mpi(n, script, "insitu", "--n", 20, "--size", 48, 40, "--iters", 2, "--warmup", 1,
+                "--hand-off", "float64", "float32", "--tmp", tmp_path, "--md", md, env={"NUMBA_NUM_THREADS": "1"})
+        assert p.returncode == 0, p.stdout + p.stderr[-3000:]
+        q = mpi(n, script, "mandelbulb", "--n", 24, "--reps", 1, "--md", md, env={"NUMBA_NUM_THREADS": "1"})
+        assert q.returncode == 0, q.stdout + q.stderr[-3000:]
+        text = md.read_text()
+        rows = _table_rows(text, "20^3 | ")
+        stage_rows = [r for r in rows if len(r) == 14]
+        assert [r[2] for r in stage_rows] == ["float64", "float32"]
+        assert all(float(c) >= 0 for r in stage_rows for c in r[4:])
+        faces[n] = ([int(r[3]) for r in stage_rows], [int(r[2]) for r in _table_rows(text, "24^3 | ")])
+        assert len({r[2] for r in rows if len(r) == 7}) == 8  # every stage set against its floor
+    assert faces[1] == faces[2] and min(faces[1][0]) > 0 and faces[1][1][0] > 0
