@@ -276,7 +276,7 @@ def _insitu_run(b: Bench, dom, solver, speed, mine, iso, dims, dtype, floors) ->
             nbytes = moved.get(stage, 0)
             floor = nbytes / b.copy_bw
         floors.append((grid, str(dtype), stage, t, nbytes, floor))
-    del shown
+    shown.clear()  # the buffers go back to the pool before the next run
     return {"grid": grid, "dtype": str(dtype), "triangles": tris, "iteration": med["iteration"],
             "stages": med, "other": other}
 
@@ -311,7 +311,7 @@ def mandelbulb_table(b: Bench) -> None:
                                                 region=region), args.reps)
         faces = b.comm.allreduce(int(out[1].shape[0]))
         rows.append((n, faces, t, vol.nbytes / b.copy_bw * 2))
-        del vol, out
+        vol = out = None
         if b.gpu:
             xp.get_default_memory_pool().free_all_blocks()
     cmd = f"mpirun -n {b.size} python examples/bench_insitu.py mandelbulb --n {' '.join(map(str, args.n))}"
@@ -358,7 +358,7 @@ def volume_table(b: Bench) -> None:
                 img = xp.ascontiguousarray(img.astype(xp.float32))
                 t_comp, _ = b.timed(lambda: composite(img, comm=b.comm, mode="over", order=owners), args.reps)
             rows.append((n, res, t_cast, t_comp))
-        del vol
+        vol = None
         if b.gpu:
             xp.get_default_memory_pool().free_all_blocks()
     cmd = (f"mpirun -n {b.size} python examples/bench_insitu.py volume --n {' '.join(map(str, args.n))} "
