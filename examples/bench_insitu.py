@@ -155,8 +155,6 @@ def insitu(b: Bench) -> None:
         h = 1.0 / (n - 1)
         dom = Domain.create(dims, blocks=(b.size, 1, 1), nranks=b.size, ghost=1, spacing=(h, h, h))
         model = speed_model("two-layer")
-        solver = EikonalSolver(dom, model, seeds_from_fractions([(0.3, 0.4, 0.5)], dims), b.comm, xp=xp,
-                               local_iters=1)
         mine = dom.blocks_of(b.rank)
         speed = {}
         for g in mine:  # the colour field, float32, on the device
@@ -165,35 +163,45 @@ def insitu(b: Bench) -> None:
                 model(x[:, None, None], y[None, :, None], z[None, None, :]), dom.block(g).padded_shape)
                 .astype(xp.float32))
         warm = max(4, n // 8)
-        for _ in range(warm):  # a front well inside the box
-            solver.step()
         # The iso surface lies where the front has been for a while (a Jacobi sweep moves
         # it one node along each axis; the sphere's L1 radius stays inside that).
         iso = 0.4 * warm * h
-        for dtype in args.hand_off:
-            rows.append(_insitu_run(b, dom, solver, speed, mine, iso, dims, np.dtype(dtype), floors))
-        solver.close()
-        del solver, speed
+        for slowness in args.slowness:
+            solver = EikonalSolver(dom, model, seeds_from_fractions([(0.3, 0.4, 0.5)], dims), b.comm, xp=xp,
+                                   local_iters=1, slowness=slowness)
+            for _ in range(warm):  # a front well inside the box
+                solver.step()
+            for dtype in args.hand_off:
+                rows.append(_insitu_run(b, dom, solver, speed, mine, iso, dims, np.dtype(dtype), floors))
+            solver.close()
+            solver = None
+            if b.gpu:
+                xp.get_default_memory_pool().free_all_blocks()
+        speed = None
         if b.gpu:
             xp.get_default_memory_pool().free_all_blocks()
     cmd = (f"mpirun -n {b.size} python examples/bench_insitu.py insitu --n {' '.join(map(str, args.n))} "
-           f"--size {args.size[0]} {args.size[1]} --iters {args.iters} --hand-off {' '.join(args.hand_off)}"
+           f"--size {args.size[0]} {args.size[1]} --iters {args.iters} --hand-off {' '.join(args.hand_off)} "
+           f"--slowness {' '.join(args.slowness)}"
            + (" --weak" if args.weak else ""))
     head = b.header(f"In-situ iteration: eikonal sweep + isosurface rendering + streaming, {b.size} rank(s)"
                     + (", weak scaling" if args.weak else ""), cmd)
     table = ("Median ms per iteration over the iterations (slowest rank per stage); `other` is the adaptor's "
              "own work (mesh checks, scene set-up) beyond its timed stages.\n\n"
-             "| grid | ranks | hand-off | triangles | iteration | " + " | ".join(STAGES) + " | other |\n"
-             "| --- | ---: | --- | ---: | ---: | " + " | ".join("---:" for _ in STAGES) + " | ---: |\n")
+             "| grid | ranks | slowness | hand-off | triangles | iteration | " + " | ".join(STAGES) + " | other |\n"
+             "| --- | ---: | --- | --- | ---: | ---: | " + " | ".join("---:" for _ in STAGES) + " | ---: |\n")
     for r in rows:
-        table += (f"| {r['grid']} | {b.size} | {r['dtype']} | {r['triangles']} | {_ms(r['iteration'])} | "
+        table += (f"| {r['grid']} | {b.size} | {r['slowness']} | {r['dtype']} | {r['triangles']} | "
+                  f"{_ms(r['iteration'])} | "
                   + " | ".join(_ms(r['stages'].get(s, 0.0)) for s in STAGES) + f" | {_ms(r['other'])} |\n")
     table += ("\nEach stage against its floor (bytes it must move per rank / measured device copy bandwidth; "
               "extracts: the frame over device->host):\n\n"
-              "| grid | hand-off | stage | ms | MB moved | floor, ms | x floor |\n| --- | --- | --- | ---: | ---: | ---: | ---: |\n")
-    for grid, dtype, stage, t, nbytes, floor in floors:
-        table += (f"| {grid} | {dtype} | {stage} | {_ms(t)} | {nbytes / 1e6:.1f} | {_ms(floor)} | "
-                  f"{t / floor:.1f} |\n" if floor > 0 else f"| {grid} | {dtype} | {stage} | {_ms(t)} | - | - | - |\n")
+              "| grid | slowness | hand-off | stage | ms | MB moved | floor, ms | x floor |\n"
+              "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |\n")
+    for grid, sl, dtype, stage, t, nbytes, floor in floors:
+        table += (f"| {grid} | {sl} | {dtype} | {stage} | {_ms(t)} | {nbytes / 1e6:.1f} | {_ms(floor)} | "
+                  f"{t / floor:.1f} |\n" if floor > 0 else
+                  f"| {grid} | {sl} | {dtype} | {stage} | {_ms(t)} | - | - | - |\n")
     b.emit(head + table)
 
 
@@ -264,7 +272,8 @@ def _insitu_run(b: Bench, dom, solver, speed, mine, iso, dims, dtype, floors) ->
     ghost_bytes = 2 * sum(int(np.prod(dom.block(g).padded_shape)) // dom.block(g).padded_shape[0] * 8
                           for g in mine if b.size > 1)
     item = dtype.itemsize
-    moved = {"halo": ghost_bytes, "eikonal": 25 * nodes, "handoff": (8 + item) * nodes, "contour": item * nodes,
+    slowness = solver.slowness
+    moved = {"halo": ghost_bytes, "eikonal": (17 + np.dtype(slowness).itemsize) * nodes, "handoff": (8 + item) * nodes, "contour": item * nodes,
              "render": (tris * 12 + verts * 28) // max(b.size, 1) + w * hgt * 8,
              "composite": w * hgt * 20}
     for stage in STAGES:
@@ -275,9 +284,9 @@ def _insitu_run(b: Bench, dom, solver, speed, mine, iso, dims, dtype, floors) ->
         else:
             nbytes = moved.get(stage, 0)
             floor = nbytes / b.copy_bw
-        floors.append((grid, str(dtype), stage, t, nbytes, floor))
+        floors.append((grid, slowness, str(dtype), stage, t, nbytes, floor))
     shown.clear()  # the buffers go back to the pool before the next run
-    return {"grid": grid, "dtype": str(dtype), "triangles": tris, "iteration": med["iteration"],
+    return {"grid": grid, "slowness": slowness, "dtype": str(dtype), "triangles": tris, "iteration": med["iteration"],
             "stages": med, "other": other}
 
 
@@ -382,6 +391,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--hand-off", nargs="+", default=["float64"], choices=("float64", "float32"))
+    ap.add_argument("--slowness", nargs="+", default=["float64"], choices=("float64", "float32"),
+                    help="insitu: how the eikonal solver keeps 1/speed")
     ap.add_argument("--weak", action="store_true")
     ap.add_argument("--tmp", default=os.environ.get("TMPDIR", "/tmp"))
     ap.add_argument("--md")

@@ -164,3 +164,50 @@ def test_speed_model_evaluated_by_an_array_module_equals_the_host_set_up():
     last = dom.nblocks - 1  # the block at the far x end
     with pytest.raises(ValueError, match=f"found NaN in block {last}"):
         _block_speed_on(np, lambda x, y, z: np.where(x > 0.6, np.nan, 1.0), dom, last)
+
+
+def test_a_model_that_only_takes_numpy_arrays_is_set_up_on_the_host(monkeypatch):
+    # The GPU set-up first evaluates a model with the device's arrays; one that cannot
+    # take them (TypeError) is evaluated on the host instead. Here the "device" module is
+    # NumPy under another name, and uploads make an ndarray subclass.
+    import solvers.eikonal as eik
+    from solvers.eikonal.speed import two_layer
+
+    class Device(np.ndarray):  # what "uploaded" arrays are
+        pass
+
+    monkeypatch.setattr(eik.arrays, "to_device", lambda a: np.asarray(a).view(Device))
+
+    class NotNumpy:
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+    def only_numpy(x, y, z):
+        if not all(type(a) is np.ndarray for a in (x, y, z)):
+            raise TypeError("numpy arrays only")
+        return two_layer(interface=0.4)(x, y, z)
+
+    dom = Domain.create((16, 14, 12), blocks=(2, 1, 1), spacing=(0.06, 0.07, 0.08))
+    xp = NotNumpy()
+    for g in range(dom.nblocks):
+        on, host = eik._setup_speed(xp, two_layer(interface=0.4), dom, g), eik._block_speed(only_numpy, dom, g)
+        assert on[1] is True
+        np.testing.assert_array_equal(on[0], host)
+        off = eik._setup_speed(xp, only_numpy, dom, g)
+        assert off[1] is False
+        np.testing.assert_array_equal(off[0], host)
+
+
+def test_float32_slowness_changes_the_solution_by_its_rounding_only():
+    from solvers.eikonal.speed import random_smooth
+
+    dom = Domain.create((22, 20, 18), blocks=(2, 1, 1), spacing=(0.05, 0.05, 0.05))
+    runs = {}
+    for dt in ("float64", "float32"):
+        s = EikonalSolver(dom, random_smooth(seed=5), [(4, 5, 6)], slowness=dt)
+        s.solve()
+        runs[dt] = s.gather()
+    np.testing.assert_allclose(runs["float32"], runs["float64"], rtol=1e-6)
+    assert not np.array_equal(runs["float32"], runs["float64"])  # it did use float32
+    with pytest.raises(ValueError, match="slowness must be 'float64' or 'float32', got 'half'"):
+        EikonalSolver(dom, random_smooth(seed=5), [(4, 5, 6)], slowness="half")

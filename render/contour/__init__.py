@@ -85,8 +85,8 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     nseg = ((m[0] - 1) // chunk + 1) * m[1] * m[2]
     counts = xp.empty((2, len(levels), nseg), xp.int32)  # pass 1 writes every segment
     lo_a, hi_a = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
-    if gpu and vals is not None and vals.dtype != xp.float64:
-        vals = vals.astype(xp.float64)  # the CUDA kernel samples float64
+    if gpu and vals is not None and vals.dtype not in (xp.float32, xp.float64):
+        vals = vals.astype(xp.float64)  # the CUDA kernel samples float32 and float64 as they are
     ext = np.asarray(ext if ext is not None else (0, 0, 0, *(n - 1 for n in vol.shape)), np.int64)
     bad = xp.zeros(1, xp.uint32) if gpu else 0
     for n, lev in enumerate(levels):

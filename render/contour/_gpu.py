@@ -234,8 +234,12 @@ struct Out {
     double sp[3], org[3];
     long long off[3], dims[3], keybase;
     float* verts; int* faces; float* normals; float* vout; long long* keys;
-    const double* vals; Vol vg;
+    const void* vals; int vals_f32; Vol vg;  // the sampled field: float32 or float64, read as it is
 };
+
+__device__ __forceinline__ double sample(const Out& o, int i, int j, int k) {
+    return o.vals_f32 ? at((const float*)o.vals, o.vg, i, j, k) : at((const double*)o.vals, o.vg, i, j, k);
+}
 
 // Position, normal (and sampled value, global key) of vertices start .. start + count - 1.
 template <typename T>
@@ -264,8 +268,8 @@ __global__ void __launch_bounds__(256) mc_vertex(const T* __restrict__ v, const 
         #pragma unroll
         for (int d = 0; d < 3; ++d) o.normals[3 * n + d] = nn > 0.0 ? (float)(-ga[d] / nn) : 0.0f;
         if (o.vout) {
-            const double sa = at(o.vals, o.vg, i, j, k);
-            o.vout[n] = (float)(sa + (at(o.vals, o.vg, i + di, j + dj, k + dk) - sa) * t);
+            const double sa = sample(o, i, j, k);
+            o.vout[n] = (float)(sa + (sample(o, i + di, j + dj, k + dk) - sa) * t);
         }
         if (o.keys)
             o.keys[n] = o.keybase + ((a * o.dims[0] + i + o.off[0]) * o.dims[1] + j + o.off[1]) * o.dims[2]
@@ -361,11 +365,12 @@ def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, vincl, tincl, vsta
         return
     out_fields = [("sp", "3f8"), ("org", "3f8"), ("off", "3i8"), ("dims", "3i8"), ("keybase", "i8"),
                   ("verts", "u8"), ("faces", "u8"), ("normals", "u8"), ("vout", "u8"), ("keys", "u8"),
-                  ("vals", "u8"), ("vg", np.dtype(_VOL, align=True))]
+                  ("vals", "u8"), ("vals_f32", "i4"), ("vg", np.dtype(_VOL, align=True))]
     ptr = lambda a: 0 if a is None else a.data.ptr  # noqa: E731
     vg = _vol(vals, ext) if vals is not None else np.zeros((), np.dtype(_VOL, align=True))
     o = _struct(out_fields, [geo[:3], geo[3:], offset, dims, keybase, ptr(verts), ptr(faces), ptr(normals),
-                             ptr(vout), ptr(keys), ptr(vals), vg])
+                             ptr(vout), ptr(keys), ptr(vals),
+                             int(vals is not None and vals.dtype == np.float32), vg])
     blocks = min(-(-vcount // 256), 2**31 - 1)
     _kernel("vertex", vol.dtype)((blocks,), (256,), (vol, g, np.float64(level), vedge, np.int64(vstart),
                                                      np.int64(vcount), o))

@@ -109,15 +109,22 @@ class EikonalSolver:
         ``numpy`` (default) or ``cupy``: where the blocks live.
     local_iters : int
         Jacobi sweeps per block between halo exchanges.
+    slowness : {"float64", "float32"}
+        How the slowness 1/speed is kept. A sweep is bound by memory traffic; float32
+        moves 21 bytes per node instead of 25 (the travel times stay float64), at a
+        relative error of the slowness of about 6e-8.
     """
 
     def __init__(self, domain: Domain, speed, seeds, comm=None, *, xp=np, local_iters: int = 4,
-                 timeout: float = 60.0) -> None:
+                 timeout: float = 60.0, slowness: str = "float64") -> None:
+        if slowness not in ("float64", "float32"):
+            raise ValueError(f"eikonal: slowness must be 'float64' or 'float32', got {slowness!r}")
         if domain.ghost < 1:
             raise ValueError(f"eikonal: the domain needs a ghost width >= 1, got {domain.ghost}")
         if local_iters < 1:
             raise ValueError(f"eikonal: local_iters must be >= 1, got {local_iters}")
         self.domain, self.comm, self.xp, self.local_iters = domain, comm, xp, int(local_iters)
+        self.slowness = slowness
         self.rank = 0 if comm is None else comm.Get_rank()
         self.spacing = domain.spacing
         seed_idx = _seed_indices(seeds, domain.dims)
@@ -128,10 +135,9 @@ class EikonalSolver:
             b = domain.block(gid)
             # A speed model on the GPU is evaluated there: a 1344^3 block set up on the
             # host would take minutes and tens of GB of host memory.
-            on_device = xp is not np and _is_model(speed)
+            sp, on_device = _setup_speed(xp, speed, domain, gid)
             ns = xp if on_device else np
-            sp = _block_speed_on(xp, speed, domain, gid) if on_device else _block_speed(speed, domain, gid)
-            w = ns.full(b.padded_shape, np.inf)
+            w = ns.full(b.padded_shape, np.inf, dtype=slowness)
             w[b.interior] = 1.0 / sp
             del sp
             T = ns.full(b.padded_shape, np.inf)
@@ -300,6 +306,18 @@ def _block_speed(speed, domain: Domain, gid: int) -> np.ndarray:
 def _is_model(speed) -> bool:
     """A speed model ``(x, y, z) -> speed`` (not an array, an HDF5 reader or a device array)."""
     return callable(speed) and not hasattr(speed, "shape") and not isinstance(speed, _DeviceSpeed)
+
+
+def _setup_speed(xp, speed, domain: Domain, gid: int):
+    """(block `gid`'s speeds, whether they are on the device): a model is evaluated with
+    `xp`'s arrays when `xp` is not NumPy, falling back to the host for a model that only
+    takes NumPy arrays (TypeError)."""
+    if xp is not np and _is_model(speed):
+        try:
+            return _block_speed_on(xp, speed, domain, gid), True
+        except TypeError:
+            pass
+    return _block_speed(speed, domain, gid), False
 
 
 def _block_speed_on(xp, model, domain: Domain, gid: int):

@@ -76,10 +76,14 @@ extern "C" __global__ void eikonal_sweep_f64(const double* __restrict__ T, doubl
 
 
 @functools.cache
-def _get_sweep_kernel():
+def _get_sweep_kernel(w32: bool = False):
     import cupy
 
-    return cupy.RawKernel(_SOURCE, "eikonal_sweep_f64")
+    if not w32:
+        return cupy.RawKernel(_SOURCE, "eikonal_sweep_f64")
+    # The same sweep reading a float32 slowness (widened to double in the update).
+    src = _SOURCE.replace("const double* __restrict__ w,", "const float* __restrict__ w,")
+    return cupy.RawKernel(src.replace("eikonal_sweep_f64", "eikonal_sweep_f64_w32"), "eikonal_sweep_f64_w32")
 
 
 def sweep(T, out, w, frozen, hx, hy, hz, maxchange) -> None:
@@ -93,6 +97,8 @@ def sweep(T, out, w, frozen, hx, hy, hz, maxchange) -> None:
     tile = (32, 8)  # (k, j); a power-of-two thread count for the block reduction
     chunk = 32  # planes per thread: enough threads at small sizes, long register streams at large
     grid = (-(-nz // tile[0]), -(-ny // tile[1]), -(-nx // chunk))
-    _get_sweep_kernel()(grid, tile, (T, out, w, frozen, np.int32(nx), np.int32(ny), np.int32(nz),
+    if w.dtype not in (np.float64, np.float32):
+        raise TypeError(f"eikonal: slowness must be float64 or float32, got {w.dtype}")
+    _get_sweep_kernel(w.dtype == np.float32)(grid, tile, (T, out, w, frozen, np.int32(nx), np.int32(ny), np.int32(nz),
                                            np.float64(hx), np.float64(hy), np.float64(hz), np.int32(chunk),
                                            maxchange))

@@ -49,7 +49,8 @@ def random_smooth(seed: int = 0, modes: int = 8, lo: float = 0.5, hi: float = 1.
     norm = amp.sum()
 
     def f(x, y, z):
-        s = np.zeros(np.broadcast_shapes(x.shape, y.shape, z.shape))
+        # zeros_like: on the coordinates' device when they are CuPy arrays
+        s = np.zeros_like(x, dtype=np.float64, shape=np.broadcast_shapes(x.shape, y.shape, z.shape))
         for m in range(modes):
             s += amp[m] * np.cos(k[m, 0] * x + k[m, 1] * y + k[m, 2] * z + ph[m])
         return lo + (hi - lo) * (s / norm + 1) / 2

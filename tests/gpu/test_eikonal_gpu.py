@@ -61,3 +61,14 @@ def test_speed_model_is_set_up_on_the_device():
     np.testing.assert_allclose(s.gather(), ref, rtol=1e-5)
     with pytest.raises(ValueError, match="speed: must be finite and > 0 everywhere; found values <= 0"):
         EikonalSolver(dom, lambda x, y, z: x - 0.5, [(5, 6, 7)], xp=cp)
+
+
+def test_float32_slowness_on_the_gpu_equals_the_cpu():
+    shape, spacing = (40, 36, 44), (0.03, 0.035, 0.025)
+    dom = Domain.create(shape, blocks=(2, 1, 1), spacing=spacing)
+    out = {}
+    for name, xp in (("cpu", np), ("gpu", cp)):
+        s = EikonalSolver(dom, random_smooth(seed=2), [(4, 5, 6)], xp=xp, slowness="float32")
+        s.solve()
+        out[name] = s.gather()
+    np.testing.assert_allclose(insitu.to_host(out["gpu"]), out["cpu"], rtol=1e-5)
