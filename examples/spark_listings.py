@@ -17,7 +17,9 @@ tasks only send command packages).
 (7) isosurface with halo: a halo shuffle fills the ghosts, then marching cubes per
     block (the registered kernel ``contour.marching_cubes``).
 (8) iterative eikonal: a halo exchange every iteration, ``solvers.eikonal.update_block``
-    per block; optional checkpoints every K iterations.
+    per block; optional checkpoints every K iterations (``--kill-after`` kills the worker
+    daemons mid-iteration, ``--kill-executor-after`` an executor JVM: the run recovers from
+    the last checkpoint).
 """
 
 from __future__ import annotations
@@ -357,6 +359,59 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def executor_pids(engine) -> list[int]:
+    """Pids of the executor JVMs this driver started (local-cluster mode: the driver's JVM
+    launches them), in pid order."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        for c in children.get(pid, []):
+            todo.append(c)
+            try:
+                with open(f"/proc/{c}/cmdline", "rb") as f:
+                    if b"CoarseGrainedExecutorBackend" in f.read():
+                        out.append(c)
+            except OSError:
+                pass
+    return sorted(out)
+
+
+def kill_executor(engine, wait: float = 10.0) -> int | None:
+    """SIGKILL one executor JVM of this driver (the highest pid) and wait until it is gone; its
+    python workers go with it, the worker daemons (sessions of their own) stay."""
+    import signal
+
+    pids = executor_pids(engine)
+    if not pids:
+        return None
+    os.kill(pids[-1], signal.SIGKILL)
+    deadline = time.monotonic() + wait
+    while _alive(pids[-1]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return pids[-1]
+
+
+def _kill_executor_later(i, blocks, *, engine, at: int, delay: float):
+    """on_iteration hook: after iteration `at`, kill an executor `delay` s later (mid-iteration)."""
+    import threading
+
+    def kill():
+        engine._killed_executor = kill_executor(engine)
+
+    if i == at and not getattr(engine, "_killed", False):
+        engine._killed = True
+        threading.Timer(delay, kill).start()
+
+
 def _kill_daemons_later(i, blocks, *, engine, at: int, delay: float):
     """on_iteration hook: after iteration `at`, kill the daemons `delay` s later (mid-iteration)."""
     import threading
@@ -366,16 +421,20 @@ def _kill_daemons_later(i, blocks, *, engine, at: int, delay: float):
         threading.Timer(delay, kill_daemons, args=(engine,)).start()
 
 
-def run(listing: str, engine, *, kill_after: int | None = None, checkpoint_every: int | None = None) -> dict:
-    """Run one listing and compare with its reference; returns {"ok": bool, "seconds": float, ...}."""
+def run(listing: str, engine, *, kill_after: int | None = None, checkpoint_every: int | None = None,
+        iterations: int | None = None, kill_executor_after: int | None = None) -> dict:
+    """Run one listing and compare with its reference; returns {"ok": bool, "seconds": float, ...}.
+    `iterations`: of listings 2 and 8 (default theirs; listing 8 compares with the converged
+    travel time, reached after 8 halo exchanges at its default size)."""
     t0 = time.perf_counter()
+    its = {} if iterations is None else {"iterations": iterations}
     if listing == "1":
         rgba, depth, _ = listing1(engine)
         ref = reference1()
         ok = np.allclose(rgba, ref[0], atol=1e-6) and np.array_equal(np.isinf(depth), np.isinf(ref[1]))
         extra = {"covered_pixels": int(np.isfinite(depth).sum())}
     elif listing == "2":
-        got, ref = listing2(engine), reference2()
+        got, ref = listing2(engine, **its), reference2(**its)
         ok = set(got) == set(ref) and all(np.array_equal(got[k], ref[k]) for k in ref)
         extra = {}
     elif listing == "6":
@@ -392,18 +451,22 @@ def run(listing: str, engine, *, kill_after: int | None = None, checkpoint_every
         on_iteration = None
         if kill_after is not None:
             on_iteration = functools.partial(_kill_daemons_later, engine=engine, at=kill_after, delay=0.05)
+        elif kill_executor_after is not None:
+            on_iteration = functools.partial(_kill_executor_later, engine=engine, at=kill_executor_after, delay=0.05)
         kw = {}
         if checkpoint_every:
             import tempfile
 
             kw = {"checkpoint_every": checkpoint_every, "checkpoint_dir": tempfile.mkdtemp(prefix="insitu-ckpt-")}
-        got, ref = listing8(engine, on_iteration=on_iteration, **kw), reference8()
+        got, ref = listing8(engine, on_iteration=on_iteration, **kw, **its), reference8()
         if kw:
             import shutil
 
             shutil.rmtree(kw["checkpoint_dir"], ignore_errors=True)
         ok = np.allclose(got, ref, rtol=0, atol=1e-12)
         extra = {"max_diff": float(np.abs(got - ref).max()), "recoveries": len(engine.recoveries)}
+        if kill_executor_after is not None:
+            extra["killed_executor"] = getattr(engine, "_killed_executor", None)
         if engine.recoveries:
             extra["recovery_s"] = float(sum(r["seconds"] for r in engine.recoveries))
             extra["lost_s"] = float(sum(r["lost_seconds"] for r in engine.recoveries))
@@ -419,7 +482,11 @@ def main(argv=None) -> int:
     ap.add_argument("--kill-after", type=int, default=None,
                     help="listing 8: SIGKILL the worker daemons during the iteration after this one "
                          "(use a master with retries, local[2,3])")
+    ap.add_argument("--kill-executor-after", type=int, default=None,
+                    help="listing 8: SIGKILL an executor JVM during the iteration after this one (local-cluster)")
     ap.add_argument("--checkpoint-every", type=int, default=None, help="listing 8: checkpoint every K iterations")
+    ap.add_argument("--iterations", type=int, default=None,
+                    help="listings 2 and 8: iterations (default 5 and 24; listing 8 converges after 8)")
     ap.add_argument("--gpus", action="store_true",
                     help="schedule GPUs as a Spark resource (insitu/engine/gpu_discovery.sh; not in local[N])")
     ap.add_argument("--fake-gpus", default=None, metavar="ADDRESSES",
@@ -439,7 +506,8 @@ def main(argv=None) -> int:
     failed = 0
     try:
         for n in which:
-            r = run(n, engine, kill_after=args.kill_after, checkpoint_every=args.checkpoint_every)
+            r = run(n, engine, kill_after=args.kill_after, checkpoint_every=args.checkpoint_every,
+                    iterations=args.iterations, kill_executor_after=args.kill_executor_after)
             failed += not r["ok"]
             print(f"listing {n} on {args.master}: {'OK' if r['ok'] else 'FAILED'} "
                   + " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items() if k != "ok"),

@@ -245,16 +245,140 @@ def test_killed_daemon_recovers_from_the_last_checkpoint():
     print(line)
 
 
+def fail_first_attempt(index, it, *, marks):
+    """Pipelined after an action's task (so its package has run on the daemon): the first
+    attempt of every task fails; each attempt leaves a mark ``stage-partition-attempt``."""
+    from pyspark import TaskContext
+
+    out = list(it)
+    tc = TaskContext.get()
+    open(os.path.join(marks, f"{tc.stageId()}-{index}-{tc.attemptNumber()}"), "w").close()
+    if tc.attemptNumber() == 0:
+        raise RuntimeError("injected: the task fails after its package ran")
+    return out
+
+
+def extract_then_fail(index, it, *, marks, **kw):
+    """The map side of a halo shuffle (its slabs cached), then :func:`fail_first_attempt`."""
+    from insitu.engine._spark_tasks import _extract_task
+
+    return fail_first_attempt(index, _extract_task(index, it, **kw), marks=marks)
+
+
+def retried_tasks_scenario(marks: str) -> dict:
+    """Run in its own process (retries need the master local[2,3]): listings 2 and 8 (two CPU
+    daemons: slabs move between them), undisturbed and then with the first attempt of every
+    task of every action and halo shuffle failing after its package ran; the daemons' caches
+    after each."""
+    import functools
+    import json
+
+    from insitu.engine import _spark_tasks, spark
+    from insitu.engine.spark import SparkBlocks, SparkEngine
+    from insitu.pool import DaemonWorker, Package
+
+    def entries(engine):
+        out = 0
+        for sock in engine.daemons():
+            c = DaemonWorker(sock, timeout=10).stats().cache
+            out += c.resident_entries + c.host_entries + c.disk_entries
+        return out
+
+    def ledger(engine):
+        out = {}
+        for sock in engine.daemons():
+            p = Package()
+            p.add("recv", p.add("exec", _spark_tasks.ledger_entries, None, ()))
+            out.update(DaemonWorker(sock, timeout=10).run(p)[0])
+        return out
+
+    job, extract = SparkBlocks._job, spark._extract_task
+
+    def failing_job(self, final, **kw):
+        return job(self, final, **kw).mapPartitionsWithIndex(functools.partial(fail_first_attempt, marks=marks),
+                                                             preservesPartitioning=True)
+
+    def inject(on: bool):
+        SparkBlocks._job = failing_job if on else job
+        spark._extract_task = functools.partial(extract_then_fail, marks=marks) if on else extract
+
+    engine = SparkEngine("local[2,3]", app_name="insitu-test-retries", cpu_daemons=2, timeout=60)
+    report = {}
+    try:
+        for on in (False, True):
+            inject(on)
+            two = L.listing2(engine, iterations=2)
+            after2 = entries(engine)
+            eight = L.listing8(engine, iterations=2)
+            report["injected" if on else "undisturbed"] = {
+                "listing2": {str(k): v.tolist() for k, v in two.items()}, "listing8": eight.tolist(),
+                "entries_after_2": after2, "entries_after_8": entries(engine)}
+        inject(False)
+        report["ledger_attempts"] = sorted({at for _, at, _ in ledger(engine).values()})
+        report["daemons"] = len(engine.daemons())
+    finally:
+        inject(False)
+        engine.stop()
+    print("REPORT " + json.dumps(report))
+    return report
+
+
+def test_side_effects_on_daemons_happen_once_per_partition_when_spark_retries(tmp_path):
+    # Each action's task fails in its first attempt after its package ran on the daemon
+    # (blocks cached, sources dropped): Spark's retry must neither leave a second copy of
+    # the blocks behind (leaked handles) nor find its sources dropped by the first attempt.
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE, EXAMPLES, os.environ.get("PYTHONPATH", "")]))
+    code = f"import test_spark_engine as T; T.retried_tasks_scenario({str(marks)!r})"
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    import json
+
+    report = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("REPORT ")][0][len("REPORT "):])
+    calm, hit = report["undisturbed"], report["injected"]
+    assert report["daemons"] == 2
+    attempts = [name.rsplit("-", 1)[1] for name in os.listdir(marks)]
+    # Every task of the injected run failed once: listing 2's 5 actions and listing 8's 5
+    # actions and 2 halo shuffles, 2 partitions each.
+    assert attempts.count("0") == attempts.count("1") == 24
+    assert "2" not in attempts  # and its retry succeeded
+    assert hit["listing2"] == calm["listing2"]
+    want2 = L.reference2(iterations=2)
+    assert set(hit["listing2"]) == {str(k) for k in want2}
+    for k, v in want2.items():
+        np.testing.assert_array_equal(np.asarray(hit["listing2"][str(k)]), v)
+    np.testing.assert_array_equal(np.asarray(hit["listing8"]), np.asarray(calm["listing8"]))
+    # Both listings drop what they cached: nothing left on the daemons, retries or not.
+    assert calm["entries_after_2"] == calm["entries_after_8"] == 0
+    assert hit["entries_after_2"] == hit["entries_after_8"] == 0
+    # The packages committed were the first attempts' (the retries took their results).
+    assert report["ledger_attempts"] == [0]
+
+
+# All five listings on a cluster, as in local mode; listing 8 with 10 halo exchanges (it
+# converges after 8: the result is compared with the converged travel time) and iterate()'s
+# checkpoint every 4 iterations (the daemons write them into a directory the driver made).
+CLUSTER_LISTINGS = ["--listing", "1,2,6,7,8", "--iterations", "10", "--checkpoint-every", "4"]
+
+
 def test_listings_on_a_local_cluster_with_gpus_as_a_spark_resource():
     # Two executors (own JVMs and python workers); GPUs scheduled by Spark from the shipped
-    # discovery script (fake addresses, served by CPU daemons on this machine).
+    # discovery script (fake addresses, served by CPU daemons on this machine). During
+    # listing 8's 6th iteration an executor JVM is SIGKILLed: the records it held (local
+    # checkpoints) are gone, the job fails (CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND), iterate()
+    # reloads the checkpoint of iteration 4 on a new executor and replays.
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.run([sys.executable, os.path.join(EXAMPLES, "spark_listings.py"), "--master",
-                        "local-cluster[2,1,1024]", "--gpus", "--fake-gpus", "0", "--listing", "2,6,7"],
+                        "local-cluster[2,1,1024]", "--gpus", "--fake-gpus", "0", *CLUSTER_LISTINGS,
+                        "--kill-executor-after", "5"],
                        capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stdout + p.stderr[-3000:]
-    for n in (2, 6, 7):
+    for n in (1, 2, 6, 7, 8):
         assert f"listing {n} on local-cluster[2,1,1024]: OK" in p.stdout, p.stdout
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("listing 8 ")][0]
+    assert "max_diff=0 recoveries=1 " in line and "killed_executor=None" not in line, line
+    print(line)
 
 
 def _free_port() -> int:
@@ -327,9 +451,10 @@ def test_listings_on_a_standalone_cluster_on_loopback(standalone_cluster):
     url, env = standalone_cluster
     env = dict(env, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.run([sys.executable, os.path.join(EXAMPLES, "spark_listings.py"), "--master", url,
-                        "--listing", "2,7", "--conf", "spark.driver.host=127.0.0.1",
+                        *CLUSTER_LISTINGS, "--conf", "spark.driver.host=127.0.0.1",
                         "--conf", "spark.driver.bindAddress=127.0.0.1"],
                        capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stdout + p.stderr[-3000:]
-    for n in (2, 7):
+    for n in (1, 2, 6, 7, 8):
         assert f"listing {n} on {url}: OK" in p.stdout, p.stdout
+    assert "max_diff=0 recoveries=0" in p.stdout, p.stdout

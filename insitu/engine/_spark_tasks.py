@@ -9,6 +9,7 @@ Spark's python workers and by the daemons (``insitu.engine._spark_tasks``).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import operator
 import os
@@ -19,6 +20,7 @@ import numpy as np
 
 from insitu.errors import InsituError
 from insitu.pool import DaemonWorker, Package, WorkerDiedError, ensure_daemon
+from insitu.pool.commands import Ref
 from insitu.pool.halo import extract_halo
 from insitu.pool.shuffle import stable_partition
 
@@ -55,6 +57,80 @@ class _Ctx:
     def multi(self) -> bool:
         """Whether a node has several daemons (slabs may move between them)."""
         return self.gpus > 1 or self.cpu_daemons > 1
+
+
+# --------------------------------------------------------------------------- exactly once per (job, partition)
+#
+# A package with side effects on its daemon (blocks cached, sources dropped) is *keyed*:
+# ``(job token, partition index[, part])``, the token made on the driver for one action
+# (or one shuffle's map side), so it is the same in every attempt of the partition: Spark's
+# retries, a speculative copy, a stage run again, a cached partition recomputed. Its first
+# operation, :func:`_begin`, looks the key up in the daemon's ledger; its last, :func:`_commit`,
+# enters the package's results there. A later attempt whose key the daemon committed stops
+# at :func:`_begin` (nothing done twice: no second copy of the blocks left behind by the
+# attempt Spark discarded, no sources dropped twice) and returns the first attempt's results
+# (:class:`_AlreadyDone`), so whichever attempt Spark keeps, the records name the same
+# blocks. A package's outputs come after all its computing operations, so one that fails in
+# a user function has cached nothing. Daemons run one package at a time, so two attempts on
+# one daemon cannot both get past :func:`_begin`.
+
+_LEDGER: collections.OrderedDict = collections.OrderedDict()  # in a daemon: key -> (stage, attempt, results)
+_LEDGER_SIZE = 1 << 16  # keys kept (small: handles and hand-off descriptors, never blocks)
+
+
+class _AlreadyDone(Exception):  # noqa: N818 - not an error: the reply of a package done before
+    """An earlier attempt of this package's (job, partition) completed on this daemon."""
+
+    def __init__(self, key, stage, attempt, results) -> None:
+        super().__init__(key, stage, attempt, results)
+        self.key, self.stage, self.attempt, self.results = key, stage, attempt, results
+
+
+def _begin(key, stage: int, attempt: int) -> None:
+    """In the daemon, a keyed package's first operation."""
+    done = _LEDGER.get(key)
+    if done is not None:
+        raise _AlreadyDone(key, *done)
+
+
+def _commit(key, stage: int, attempt: int, results) -> None:
+    """In the daemon, a keyed package's last operation."""
+    _LEDGER[key] = (stage, attempt, list(results))
+    _LEDGER.move_to_end(key)
+    while len(_LEDGER) > _LEDGER_SIZE:
+        _LEDGER.popitem(last=False)
+
+
+def ledger_entries() -> dict:
+    """In the daemon: the committed keys, ``key -> (stage id, attempt number, number of
+    results)`` (diagnostics, tests)."""
+    return {k: (st, at, len(r)) for k, (st, at, r) in _LEDGER.items()}
+
+
+def _task_attempt() -> tuple[int, int]:
+    """(stage id, attempt number) of the running Spark task; (-1, 0) outside Spark."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # pragma: no cover - tasks run under PySpark
+        return -1, 0
+    tc = TaskContext.get()
+    return (tc.stageId(), tc.attemptNumber()) if tc is not None else (-1, 0)
+
+
+def _keyed_package(key) -> tuple[Package, tuple | None]:
+    """A new package; with a `key`, opened by :func:`_begin`. Returns it and the ``(key,
+    stage, attempt)`` that :func:`_seal` closes it with."""
+    pkg = Package()
+    if key is None:
+        return pkg, None
+    stage, attempt = _task_attempt()
+    pkg.add("exec", _begin, None, (key, stage, attempt))
+    return pkg, (key, stage, attempt)
+
+
+def _seal(pkg: Package, keyed: tuple | None) -> None:
+    if keyed is not None:
+        pkg.add("exec", _commit, None, (*keyed, tuple(Ref(i) for i in pkg.outputs)))
 
 
 # --------------------------------------------------------------------------- in the tasks
@@ -133,13 +209,13 @@ def _run(w: DaemonWorker, pkg: Package, srcs: list, ctx: _Ctx) -> tuple[list, Da
     retries the task)."""
     try:
         try:
-            return w.run(pkg), w
+            return _run_once(w, pkg), w
         except WorkerDiedError as e:
             _CLIENTS.pop(w.socket_path, None)
             if not str(e).startswith("no worker daemon listens"):
                 raise
             w = _client(ctx, _DEVICES.get(w.socket_path), os.path.dirname(w.socket_path))
-            return w.run(pkg), w
+            return _run_once(w, pkg), w
     except WorkerDiedError:
         _CLIENTS.pop(w.socket_path, None)
         raise
@@ -151,6 +227,13 @@ def _run(w: DaemonWorker, pkg: Package, srcs: list, ctx: _Ctx) -> tuple[list, Da
                                   f"a worker daemon at {w.socket_path} that died (now pid {w.pid}); recompute "
                                   "them (SparkEngine.iterate reloads the last checkpoint)") from e
         raise
+
+
+def _run_once(w: DaemonWorker, pkg: Package) -> list:
+    try:
+        return w.run(pkg)
+    except _AlreadyDone as e:  # another attempt of this (job, partition) did it: its results
+        return list(e.results)
 
 
 def _add(pkg: Package, tags: list, kind: str, *args, tag=None, **kwargs):
@@ -219,42 +302,54 @@ def _build(pkg: Package, tags: list, w: DaemonWorker, src, steps: tuple, local_d
     return ref
 
 
-def _finish(pkg, tags, w, remote_drops, local_drops, srcs, results_of, ctx) -> list:
+def _finish(pkg, tags, w, remote_drops, local_drops, srcs, results_of, ctx, keyed=None) -> list:
     for h in local_drops:
         _add(pkg, tags, "drop", h)
+    _seal(pkg, keyed)
     results, w = _run(w, pkg, srcs, ctx)
-    by_socket: dict[str, Package] = {}
+    by_socket: dict[str, list] = {}
     for rec in remote_drops:  # slabs mapped from another daemon: free them there, one package per daemon
-        by_socket.setdefault(rec.socket, Package()).add("drop", rec.handle)
-    for sock, p in sorted(by_socket.items()):
+        by_socket.setdefault(rec.socket, []).append(rec.handle)
+    for sock, handles in sorted(by_socket.items()):
+        p, k = _keyed_package(None if keyed is None else (*keyed[0], sock))
+        for h in handles:
+            p.add("drop", h)
+        _seal(p, k)
         other = _CLIENTS.setdefault(sock, DaemonWorker(sock, timeout=w.timeout))
-        other.run(p)
+        _run_once(other, p)
     return results_of([(t, r) for t, r in zip(tags, results) if t is not None], w)
 
 
 def _action_task(index: int, it: Iterable, *, ctx: _Ctx, steps: tuple, final: str, drop_sources: bool,
-                 directory: str | None = None) -> list:
-    """One partition of an action: one package on the partition's daemon."""
+                 directory: str | None = None, token: str | None = None) -> list:
+    """One partition of an action: one package on the partition's daemon; with a `token`
+    (the action's), a package with side effects is done once per partition (see
+    :func:`_begin`)."""
     srcs = list(it)
     if not srcs:
         return []
     w, device = _worker_for(ctx, index, srcs)
-    pkg, tags, local_drops, remote_drops = Package(), [], [], {}
+    # Results kept by the daemon's ledger are handles; recv and checkpoint keep none (a
+    # retried recv with drop_sources finds its sources gone).
+    effects = final not in ("recv", "checkpoint")
+    pkg, keyed = _keyed_package((token, index) if token is not None and effects else None)
+    tags, local_drops, remote_drops, outs = [], [], {}, []
     for src in srcs:
         if final in ("drop", "unpersist", "persist_handle"):
             rec = src[2]
-            _add(pkg, tags, "persist" if final == "persist_handle" else final, rec.handle, tag=("rec", rec.key))
+            outs.append(("persist" if final == "persist_handle" else final, rec.handle, {}, ("rec", rec.key)))
             continue
         ref = _build(pkg, tags, w, src, steps, local_drops, remote_drops)
         if final == "recv":
-            _add(pkg, tags, "recv", ref, host=True, tag=("val", src[0]))
+            outs.append(("recv", ref, {"host": True}, ("val", src[0])))
         elif final in ("cache", "persist"):
-            _add(pkg, tags, final, ref, tag=("rec", src[0]))
+            outs.append((final, ref, {}, ("rec", src[0])))
         elif final == "checkpoint":
-            _add(pkg, tags, "recv", pkg.add("exec", _save_block, None, (ref, src[0], directory)),
-                 tag=("val", src[0]))
+            outs.append(("recv", pkg.add("exec", _save_block, None, (ref, src[0], directory)), {}, ("val", src[0])))
         if drop_sources and src[1] in ("handle", "halo"):
             local_drops.append(src[2].handle)
+    for kind, ref, kw, tag in outs:  # after every computing operation: a failing one has cached nothing
+        _add(pkg, tags, kind, ref, tag=tag, **kw)
 
     def results_of(pairs, w):
         out = []
@@ -267,16 +362,18 @@ def _action_task(index: int, it: Iterable, *, ctx: _Ctx, steps: tuple, final: st
                 out.append((key, r))
         return out
 
-    return _finish(pkg, tags, w, remote_drops, local_drops, srcs, results_of, ctx)
+    return _finish(pkg, tags, w, remote_drops, local_drops, srcs, results_of, ctx, keyed)
 
 
-def _extract_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component) -> list:
-    """Map side of a halo shuffle: cut and cache the slabs; emit ``(target gid, slab)``."""
+def _extract_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component, token: str | None = None) -> list:
+    """Map side of a halo shuffle: cut and cache the slabs; emit ``(target gid, slab)``
+    (once per partition and `token`, see :func:`_begin`)."""
     srcs = list(it)
     if not srcs:
         return []
     w, device = _worker_for(ctx, index, srcs)
-    pkg, tags = Package(), []
+    pkg, keyed = _keyed_package(None if token is None else (token, index))
+    tags, outs = [], []
     for src in srcs:
         gid = src[0]
         whole = pkg.add("exec", _extract, None, (pkg.add("get", src[2].handle), gid, domain, component))
@@ -285,8 +382,11 @@ def _extract_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component) -> 
             s = pkg.add("exec", operator.getitem, None, (whole, slab_key))
             if ctx.multi:
                 s = pkg.add("exec", _shareable, None, (s,))
-                _add(pkg, tags, "recv", pkg.add("exec", export_slab, None, (s,)), tag=("desc", slab_key))
-            _add(pkg, tags, "cache", s, tag=("slab", slab_key))
+                outs.append(("recv", pkg.add("exec", export_slab, None, (s,)), ("desc", slab_key)))
+            outs.append(("cache", s, ("slab", slab_key)))
+    for kind, ref, tag in outs:
+        _add(pkg, tags, kind, ref, tag=tag)
+    _seal(pkg, keyed)
     results, w = _run(w, pkg, srcs, ctx)
     out, desc = [], {}
     for (what, (n, d)), r in zip(tags, results):
@@ -298,19 +398,24 @@ def _extract_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component) -> 
     return out
 
 
-def _group_task(index: int, it: Iterable, *, ctx: _Ctx, key: Callable) -> list:
-    """Map side of a key shuffle: ``(group key, (source key, record, hand-off descriptor))``."""
+def _group_task(index: int, it: Iterable, *, ctx: _Ctx, key: Callable, token: str | None = None) -> list:
+    """Map side of a key shuffle: ``(group key, (source key, record, hand-off descriptor))``
+    (once per partition and `token`, see :func:`_begin`)."""
     srcs = list(it)
     if not srcs:
         return []
     if not ctx.multi:
         return [(key(s[0]), (s[0], s[2], None)) for s in srcs]
     w, _ = _worker_for(ctx, index, srcs)
-    pkg, tags = Package(), []
+    pkg, keyed = _keyed_package(None if token is None else (token, index))
+    tags, outs = [], []
     for src in srcs:
         s = pkg.add("exec", _shareable, None, (pkg.add("get", src[2].handle),))
-        _add(pkg, tags, "recv", pkg.add("exec", export_slab, None, (s,)), tag=src[0])
-        _add(pkg, tags, "cache", s, tag=src[0])
+        outs.append((pkg.add("exec", export_slab, None, (s,)), s, src[0]))
+    for desc, s, k in outs:
+        _add(pkg, tags, "recv", desc, tag=k)
+        _add(pkg, tags, "cache", s, tag=k)
+    _seal(pkg, keyed)
     res, w = _run(w, pkg, srcs, ctx)
     out = []
     recs = {s[0]: s[2] for s in srcs}

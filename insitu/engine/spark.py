@@ -67,7 +67,17 @@ the dead daemon are gone: a task that needs them raises :class:`LostBlocksError`
 :meth:`SparkEngine.iterate` runs an iterative job with a checkpoint of the cached
 blocks every K iterations (``.npy`` files written by the daemons themselves) and, on
 lost blocks, reloads the last checkpoint and replays the iterations since: the result
-equals an undisturbed run's, and the lineage stays bounded however long the job.
+equals an undisturbed run's, and the lineage stays bounded however long the job. An
+executor lost with the records it held (their local checkpoints) is recovered from alike.
+
+Side effects on the daemons happen once per (action, partition): each action (and each
+shuffle's map side) has a token, the same in every attempt of its tasks; a package that
+caches or drops blocks begins by looking ``(token, partition)`` up in its daemon's ledger
+and ends by entering its results there, so an attempt that Spark retries (the first one
+failed after its package ran), runs speculatively or recomputes takes the results of the
+attempt that completed instead of caching its blocks again (which would leak) or dropping
+its sources twice. A package's cache operations come after all its computations, so an
+attempt that failed in a user function cached nothing.
 """
 
 from __future__ import annotations
@@ -80,6 +90,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import numpy as np
@@ -291,7 +302,7 @@ class SparkEngine:
                 raise ValueError(f"gpu_shuffle(blocks, 'halo'): keys {bad[:5]} are not block ids of the domain "
                                  f"(0..{domain.nblocks - 1})")
             slabs = blocks.rdd.mapPartitionsWithIndex(
-                functools.partial(_extract_task, ctx=ctx, domain=domain, component=component))
+                functools.partial(_extract_task, ctx=ctx, domain=domain, component=component, token=_token()))
             keyed = blocks.rdd.map(lambda s: (s[0], ("block", s))).union(slabs)
             placement = blocks.placement
             rdd = keyed.partitionBy(n, blocks.partitioner).mapPartitions(
@@ -299,7 +310,7 @@ class SparkEngine:
             return SparkBlocks(self, rdd, placement, n)
         if key is None:
             raise ValueError("gpu_shuffle(blocks, 'key') needs key=: a function of the block key")
-        pairs = blocks.rdd.mapPartitionsWithIndex(functools.partial(_group_task, ctx=ctx, key=key))
+        pairs = blocks.rdd.mapPartitionsWithIndex(functools.partial(_group_task, ctx=ctx, key=key, token=_token()))
         rdd = pairs.groupByKey(n, functools.partial(_stable, n=n)).mapPartitions(_group_assemble)
         return SparkBlocks(self, rdd, None, n)
 
@@ -313,8 +324,10 @@ class SparkEngine:
         With `checkpoint_every` = K the cached blocks are written to `checkpoint_dir`
         every K iterations (and before the first); when a step fails because a daemon
         died (:class:`~insitu.pool.WorkerDiedError` after Spark's retries, or
-        :class:`LostBlocksError`), the last checkpoint is loaded into the daemons (new
-        ones, started by the tasks) and the iterations since are replayed. Each
+        :class:`LostBlocksError`) or an executor holding records was lost (Spark's
+        ``CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND``: the records are local checkpoints), the
+        last checkpoint is loaded into the daemons (new ones, started by the tasks, where
+        the old ones died) and the iterations since are replayed. Each
         recovery is appended to :attr:`recoveries`: ``lost_seconds`` (the failed
         iteration with Spark's task retries) and ``seconds`` (reloading the checkpoint);
         the replayed iterations come on top.
@@ -419,9 +432,17 @@ class SparkEngine:
         self.stop()
 
 
+def _token() -> str:
+    """Names one action (or one shuffle's map side) in every attempt of its tasks: their
+    side effects on the daemons happen once per partition (``_spark_tasks._begin``)."""
+    return uuid.uuid4().hex
+
+
 def _daemon_lost(e: BaseException) -> bool:
+    """Whether `e` says cached blocks or their records are gone: a daemon died, or an executor
+    holding records (the local checkpoint of an RDD of records) was lost."""
     text = f"{type(e).__name__}: {e}"
-    return any(name in text for name in ("WorkerDiedError", "LostBlocksError"))
+    return any(name in text for name in ("WorkerDiedError", "LostBlocksError", "CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND"))
 
 
 class SparkBlocks:
@@ -476,7 +497,7 @@ class SparkBlocks:
     def _job(self, final: str, *, drop_sources: bool = False, directory: str | None = None):
         return self.rdd.mapPartitionsWithIndex(functools.partial(
             _action_task, ctx=self.engine._ctx, steps=self._steps, final=final, drop_sources=drop_sources,
-            directory=directory), preservesPartitioning=True)
+            directory=directory, token=_token()), preservesPartitioning=True)
 
     def _materialize(self, rdd) -> "SparkBlocks":
         # Records stay on the executors (cache: PySpark then runs count() on this RDD
