@@ -11,7 +11,8 @@ Each render of a step goes like this:
 3. Rank 0, the Spark driver, adopts those blocks (:meth:`SparkEngine.adopt`) and runs
    one Spark job: each task draws its blocks on the daemon that holds them (marching
    cubes and rasterization for pseudocolor plots, ray casting for volume plots, with
-   the daemon's OpenGL context), returns one image per block and frees the block.
+   the daemon's OpenGL context) and returns one image per block; then each rank frees
+   the blocks it handed over (the job has no side effects: Spark may retry it).
 4. The driver composites the block images: surfaces by depth, volumes by "over" in
    visibility order, the volume over the surfaces; the base class adds the background.
 
@@ -227,28 +228,30 @@ class SparkSceneRenderer(SceneRenderer):
         except Exception as e:
             e.add_note(f"in {where} on rank {ctx.rank} (handing the fields to the worker daemon)")
             error = e
+        mine = records
         try:
             ctx.agree(error, where)
-        except Exception:
-            self._drop(records)
-            raise
-        if ctx.comm is not None:
-            gathered = ctx.comm.gather((records, specs), root=0)
+            if ctx.comm is not None:
+                gathered = ctx.comm.gather((records, specs), root=0)
+                if ctx.rank == 0:
+                    records = [r for rs, _ in gathered for r in rs]
+                    specs = {k: v for _, sp in gathered for k, v in sp.items()}
+            result, error = (None, None), None
             if ctx.rank == 0:
-                records = [r for rs, _ in gathered for r in rs]
-                specs = {k: v for _, sp in gathered for k, v in sp.items()}
-        result, error = (None, None), None
-        if ctx.rank == 0:
-            try:
-                with self.prof.stage("spark"):
-                    result = self._spark_draw(records, specs, cam, w, h, bounds, where)
-            except Exception as e:
-                error = e
-        ctx.agree(error, where)
-        return result
+                try:
+                    with self.prof.stage("spark"):
+                        result = self._spark_draw(records, specs, cam, w, h, bounds, where)
+                except Exception as e:
+                    error = e
+            ctx.agree(error, where)
+            return result
+        finally:
+            # Each rank frees what it handed over, after the job: the job itself has no
+            # side effects on the daemons, so Spark may retry its tasks freely.
+            self._drop(mine)
 
     def _drop(self, records: list) -> None:
-        """Free blocks this rank handed over when the step failed elsewhere."""
+        """Free blocks this rank handed over (after the step, or when it failed)."""
         from insitu.pool import Package
 
         if not records:
@@ -271,8 +274,7 @@ class SparkSceneRenderer(SceneRenderer):
         n = self.params.get("npartitions") or min(len(records), self.engine.default_parallelism)
         blocks = self.engine.adopt(records, min(n, len(records)))
         try:
-            images = blocks.exec_gl(draw_block, specs, cam, w, h, tuple(bounds), with_key=True).recv_gpu(
-                drop_sources=True)
+            images = blocks.exec_gl(draw_block, specs, cam, w, h, tuple(bounds), with_key=True).recv_gpu()
         except Exception as e:
             raise RuntimeError(f"{where}: the Spark job drawing {len(records)} blocks failed: "
                                f"{_python_error(e)}") from e

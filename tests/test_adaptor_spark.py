@@ -63,6 +63,9 @@ def test_frames_equal_the_embedded_engine(spark_adaptor):
     assert a.about()["engine"] == "spark"
     assert (read_png(out / "spark_0.png")[..., 3] > 0).mean() > 0.1  # something drawn
     assert close_fraction(out / "spark_0.png", out / "embedded_0.png") >= 0.999
+    # The ranks freed what they handed over: the daemon keeps nothing between steps.
+    st = DaemonWorker(default_socket_path(None, directory=a._scenes.daemon_dir), timeout=5).stats().cache
+    assert (st.resident_entries, st.host_entries, st.disk_entries) == (0, 0, 0)
 
 
 def test_a_failing_task_is_reported_and_the_next_step_runs(spark_adaptor):
@@ -74,6 +77,8 @@ def test_a_failing_task_is_reported_and_the_next_step_runs(spark_adaptor):
     assert "step 1" in err and "Spark job" in err and "NaN" in err, err
     assert a.execute(2, 0.2, two_domains()), a.results()["errors"]
     assert os.path.exists(out / "spark_2.png")
+    st = DaemonWorker(default_socket_path(None, directory=a._scenes.daemon_dir), timeout=5).stats().cache
+    assert st.resident_entries == 0  # the failed step's blocks were freed too
 
 
 def test_a_killed_daemon_is_replaced_at_the_next_step(spark_adaptor):
