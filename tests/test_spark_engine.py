@@ -163,6 +163,37 @@ def test_shuffles_between_two_daemons_of_a_node(engine):
     assert engine.sc is not None and engine.sc._jsc is not None  # the shared context goes on
 
 
+@pytest.mark.parametrize("cpu_daemons", [1, 2])
+def test_halo_iterate_moves_halos_between_daemons_inside_one_job(engine, cpu_daemons):
+    # Listing 8 with its ten-iteration jobs: a halo exchange every iteration, records
+    # swapped between the tasks, slabs between the daemons; the same travel times as the
+    # single-block solve, and nothing left on the daemons.
+    from insitu.engine.spark import SparkEngine
+    from insitu.pool import DaemonWorker
+
+    eng = SparkEngine(sc=engine.sc, cpu_daemons=cpu_daemons, timeout=60)
+    try:
+        dims, seed = (12, 10, 8), (2, 3, 1)
+        dom = Domain.create(dims, nblocks=4, ghost=1)
+        blocks = eng.blocks(L.eikonal_block, 2, keys=range(4), args=(dims, 4, seed)).cache_gpu()
+        out = eng.halo_iterate(blocks, L.eikonal_step, 24, domain=dom, component=0, args=(dom.spacing, 4), per_job=10)
+        T = dom.assemble({g: a[0] for g, a in out.recv_gpu().items()})
+        np.testing.assert_array_equal(T, L.reference8(dims=dims, seed=seed))
+        assert len(eng.daemons()) == cpu_daemons
+        out.drop_gpu()
+        assert [DaemonWorker(s, timeout=10).stats().cache.resident_entries for s in eng.daemons()] == \
+            [0] * cpu_daemons
+        with pytest.raises(ValueError, match="per_job must be an int >= 1"):
+            eng.halo_iterate(out, L.eikonal_step, 3, domain=dom, per_job=0)
+        many = eng.blocks(L.eikonal_block, 4, keys=range(4), args=(dims, 4, seed)).cache_gpu()
+        with pytest.raises(ValueError, match="4 partitions, but a barrier stage runs all of them at once and Spark "
+                                             "has 2 task slots"):
+            eng.halo_iterate(many, L.eikonal_step, 3, domain=dom)
+        many.drop_gpu()
+    finally:
+        eng.stop()
+
+
 def test_errors_name_the_parameter(engine):
     with pytest.raises(ValueError, match="unknown shuffle 'ring'; expected 'halo' or 'key'"):
         engine.gpu_shuffle(engine.blocks({0: np.zeros(1)}, 1), "ring")

@@ -426,6 +426,126 @@ def _group_task(index: int, it: Iterable, *, ctx: _Ctx, key: Callable, token: st
     return out
 
 
+def _rendezvous(directory: str, rnd: int, index: int, nparts: int, payload, timeout: float) -> list:
+    """Every partition's `payload` for round `rnd`, in partition order, swapped through
+    files in `directory` (the node's daemon directory): Spark's own ``allGather`` waits in
+    one-second steps, this in half-milliseconds."""
+    import pickle
+    import time as _t
+
+    mine = os.path.join(directory, f"r{rnd}-p{index}")
+    with open(mine + ".tmp", "wb") as f:
+        pickle.dump(payload, f)
+    os.replace(mine + ".tmp", mine)  # atomic: a reader sees all of it or nothing
+    deadline = _t.monotonic() + timeout
+    out: list = [None] * nparts
+    missing = set(range(nparts))
+    while missing:
+        for p in sorted(missing):
+            try:
+                with open(os.path.join(directory, f"r{rnd}-p{p}"), "rb") as f:
+                    out[p] = pickle.load(f)
+                missing.discard(p)
+            except FileNotFoundError:
+                pass
+        if missing:
+            if _t.monotonic() > deadline:
+                raise InsituError(f"halo_iterate: partition(s) {sorted(missing)} did not reach round {rnd} within "
+                                  f"{timeout:g} s (a task died, or the stage's tasks do not all run at once)")
+            _t.sleep(0.0005)
+    if rnd > 0:  # all wrote round rnd, so all have read round rnd - 1
+        try:
+            os.remove(os.path.join(directory, f"r{rnd - 1}-p{index}"))
+        except FileNotFoundError:
+            pass
+    return out
+
+
+def _rounds_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component, kernel, function_name, args: tuple,
+                 launch: dict, rounds: int, nparts: int, exchange_dir: str) -> list:
+    """`rounds` x (halo exchange, `kernel`) for one partition's cached blocks, in a barrier
+    stage: per round one package cuts, copies and caches the slabs on this partition's
+    daemon (exported where the node has several daemons), the tasks swap the slabs'
+    records with ``allGather`` (the round's barrier; the data stays in the daemons), and
+    a second package appends the slabs addressed to these blocks (same daemon: by handle;
+    another daemon: mapped through shared memory or CUDA IPC), runs `kernel` and caches
+    the results. The blocks of the round before are dropped as it goes, except the job's
+    sources: a retried stage starts from them again. The records are swapped through
+    files in `exchange_dir` (:func:`_rendezvous`); the data stays in the daemons."""
+    os.makedirs(exchange_dir, exist_ok=True)
+    # A rerun of the stage (Spark retries barrier stages whole) starts from the job's
+    # sources; this partition's files of the failed attempt go first. Another partition
+    # may still read one of them: the rounds are deterministic, so its records name the
+    # same slab values, or blocks already freed (an error, and the job is run again).
+    for name in os.listdir(exchange_dir):
+        if name.endswith(f"-p{index}") or name.endswith(f"-p{index}.tmp"):
+            try:
+                os.remove(os.path.join(exchange_dir, name))
+            except FileNotFoundError:
+                pass
+    srcs = list(it)
+    recs = {s[0]: s[2] for s in srcs}
+    w, device = _worker_for(ctx, index, srcs) if srcs else (None, None)
+    others = [r for r in recs.values() if r.socket != w.socket_path] if srcs else []
+    if others:
+        raise InsituError(f"halo_iterate: partition {index} holds blocks on two daemons ({w.socket_path}, "
+                          f"{others[0].socket}); cache each partition's blocks on one")
+    sources = dict(recs)
+    for rnd in range(rounds):
+        out = []  # (target gid, direction from the target to the sender, record, descriptor)
+        if recs:
+            pkg, tags, outs = Package(), [], []
+            for gid, rec in recs.items():
+                whole = pkg.add("exec", _extract, None, (pkg.add("get", rec.handle), gid, domain, component))
+                for d, n in sorted(domain.neighbors(gid).items()):
+                    slab_key = (n, tuple(-x for x in d))
+                    s = pkg.add("exec", operator.getitem, None, (whole, slab_key))
+                    if ctx.multi:
+                        s = pkg.add("exec", _shareable, None, (s,))
+                        outs.append(("recv", pkg.add("exec", export_slab, None, (s,)), ("desc", slab_key)))
+                    outs.append(("cache", s, ("slab", slab_key)))
+            for kind, ref, tag in outs:
+                _add(pkg, tags, kind, ref, tag=tag)
+            results, w = _run(w, pkg, srcs, ctx)
+            desc = {}
+            for (what, (n, d)), r in zip(tags, results):
+                if what == "desc":
+                    desc[(n, d)] = r
+                else:
+                    out.append((n, d, BlockRecord(("slab", n, d), r, w.socket_path, device, w.pid), desc.get((n, d))))
+        everyone = _rendezvous(exchange_dir, rnd, index, nparts, out, ctx.timeout)
+        if not recs:
+            continue
+        incoming: dict = {}
+        for msg in everyone:
+            for n, d, srec, dsc in msg:
+                if n in recs:
+                    incoming.setdefault(n, []).append((d, srec, dsc))
+        pkg, tags, local_drops, remote_drops, outs = Package(), [], [], {}, []
+        for gid, rec in recs.items():
+            ref = pkg.add("get", rec.handle)
+            dirs, refs = [], []
+            for d, srec, dsc in sorted(incoming.get(gid, []), key=lambda x: x[0]):
+                dirs.append(d)
+                refs.append(_take_slab(pkg, tags, w, srec, dsc, remote_drops))
+                if srec.socket == w.socket_path:
+                    local_drops.append(srec.handle)
+            ref = pkg.add("exec", _append_slabs, None, (ref, gid, domain, component, tuple(dirs), tuple(refs)))
+            ref = pkg.add("exec", kernel, function_name, (ref, *args), **launch)
+            outs.append((ref, gid))
+            if rec is not sources.get(gid):
+                local_drops.append(rec.handle)
+        for ref, gid in outs:  # after every computing operation: a failing one has cached nothing
+            _add(pkg, tags, "cache", ref, tag=gid)
+
+        def new_records(pairs, w):
+            return {gid: BlockRecord(gid, h, w.socket_path, device, w.pid) for gid, h in pairs}
+
+        recs = _finish(pkg, tags, w, remote_drops, local_drops, srcs, new_records, ctx)
+        srcs = [(gid, "handle", r) for gid, r in recs.items()]
+    return [(gid, "handle", r) for gid, r in recs.items()]
+
+
 def _halo_assemble(it: Iterable, *, domain, component, order: Callable) -> list:
     """Reduce side of a halo shuffle: each block with the slabs addressed to it."""
     blocks, slabs = {}, {}

@@ -59,6 +59,10 @@ it and drops it. ``gpu_shuffle(blocks, "key", key=f)`` groups block handles by
 ``f(block key)`` likewise; the group's value is the list of its arrays in source-key
 order (pending: reduce it with ``exec_gpu`` before ``cache_gpu``).
 
+:meth:`SparkEngine.halo_iterate` runs many (halo exchange, kernel) iterations in one job:
+a barrier stage whose tasks drive their daemons round by round and swap the slabs'
+records through files of the daemon directory (node-local, like the hand-offs).
+
 Faults
 ------
 A task whose daemon died raises :class:`~insitu.pool.WorkerDiedError`; Spark retries
@@ -98,8 +102,8 @@ import numpy as np
 from insitu.pool import DaemonWorker
 
 from ._spark_tasks import (BlockRecord, LostBlocksError, _action_task, _Ctx, _extract_task, _group_assemble,
-                           _group_task, _halo_assemble, _identity, _order_key, _stable, export_slab, import_slab,
-                           load_checkpoint_block)
+                           _group_task, _halo_assemble, _identity, _order_key, _rounds_task, _stable, export_slab,
+                           import_slab, load_checkpoint_block)
 
 __all__ = ["BlockRecord", "LostBlocksError", "SparkBlocks", "SparkEngine", "export_slab", "import_slab"]
 
@@ -366,6 +370,76 @@ class SparkEngine:
                                         "seconds": time.perf_counter() - t0})  # reloading the checkpoint
                 i = saved[0]
         return blocks
+
+    def halo_iterate(self, blocks: "SparkBlocks", kernel: Any, iterations: int, *, domain, component: int | None = None,
+                     function_name: str | None = None, args: tuple = (), per_job: int = 10,
+                     drop_sources: bool = True, **launch: Any) -> "SparkBlocks":
+        """``iterations`` x (halo exchange, then ``kernel(block, *args)`` on every block),
+        `per_job` of them in each Spark job.
+
+        Each job is a barrier stage (its tasks run together, one per partition); per
+        iteration, each task cuts its blocks' slabs on its daemon, the tasks swap the
+        slabs' records with ``allGather``, and each task appends the slabs addressed to
+        its blocks (taken from the same daemon by handle, or mapped from another daemon
+        of the node through shared memory or CUDA IPC) and runs `kernel`. Halo data moves
+        between the daemons only; Spark carries records. The per-job cost of Spark is
+        paid once per `per_job` iterations instead of twice per iteration
+        (``gpu_shuffle(..., "halo")`` then ``exec_gpu``).
+
+        Parameters
+        ----------
+        blocks : SparkBlocks
+            Cached blocks (padded, ghost layers included) of `domain`; at most
+            ``defaultParallelism`` partitions (a barrier stage runs them all at once).
+        kernel, function_name, args, **launch
+            As :meth:`SparkBlocks.exec_gpu` (a Python callable, or CUDA source and name).
+        per_job : int
+            Iterations per Spark job.
+        drop_sources : bool
+            Free `blocks` once the first job has made their successors.
+
+        Returns
+        -------
+        SparkBlocks
+            The cached result. A task that fails makes Spark rerun the job's whole stage
+            from the job's sources (the blocks of the rounds done are freed as they go).
+        """
+        if not isinstance(iterations, int) or iterations < 0:
+            raise ValueError(f"halo_iterate: iterations must be an int >= 0, got {iterations!r}")
+        if not isinstance(per_job, int) or per_job < 1:
+            raise ValueError(f"halo_iterate: per_job must be an int >= 1, got {per_job!r}")
+        blocks._require_cached("halo_iterate")
+        if blocks.npartitions > self.sc.defaultParallelism:
+            raise ValueError(f"halo_iterate: {blocks.npartitions} partitions, but a barrier stage runs all of them "
+                             f"at once and Spark has {self.sc.defaultParallelism} task slots")
+        done, first = 0, blocks
+        while done < iterations:
+            k = min(per_job, iterations - done)
+            # Records are swapped through files of the node's daemon directory: the tasks of
+            # a job run on the driver's node (local and local-cluster masters).
+            exchange = os.path.join(self.daemon_dir, "rounds", uuid.uuid4().hex[:12])
+            rdd = blocks.rdd.barrier().mapPartitionsWithIndex(functools.partial(
+                _rounds_task, ctx=self._ctx, domain=domain, component=component, kernel=kernel,
+                function_name=function_name, args=tuple(args), launch=dict(launch), rounds=k,
+                nparts=blocks.npartitions, exchange_dir=exchange))
+            try:
+                records = rdd.collect()
+            finally:
+                shutil.rmtree(exchange, ignore_errors=True)
+            new = self._from_records(records, blocks)
+            if blocks is not first or drop_sources:
+                blocks.drop_gpu()
+            blocks, done = new, done + k
+        return blocks
+
+    def _from_records(self, records: list, like: "SparkBlocks") -> "SparkBlocks":
+        """Cached blocks of `records` (as tasks return them), partitioned as `like`."""
+        part = like.partitioner
+        parts = [[] for _ in range(like.npartitions)]
+        for src in records:
+            parts[part(src[0])].append(src)
+        rdd = self.sc.parallelize(parts, like.npartitions).flatMap(_identity)
+        return SparkBlocks(self, rdd, like.placement, like.npartitions, cached=True)
 
     def restore(self, directory: str, keys: Sequence[Hashable], *, placement: Mapping | None = None,
                 npartitions: int | None = None) -> "SparkBlocks":
