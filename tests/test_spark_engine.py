@@ -194,6 +194,24 @@ def test_halo_iterate_moves_halos_between_daemons_inside_one_job(engine, cpu_dae
         eng.stop()
 
 
+def test_a_1000_iteration_eikonal_run_keeps_a_bounded_lineage(engine):
+    # The paper's system overflowed after about 500 iterations; here 1000 iterations of
+    # listing 8 (one sweep and a halo exchange each), 100 per job, end with the lineage
+    # of the first job and the single-block answer.
+    dims, seed = (12, 10, 8), (2, 3, 1)
+    dom = Domain.create(dims, nblocks=4, ghost=1)
+    blocks = engine.blocks(L.eikonal_block, 2, keys=range(4), args=(dims, 4, seed)).cache_gpu()
+    depth = []
+    for _ in range(10):
+        blocks = engine.halo_iterate(blocks, L.eikonal_step, 100, domain=dom, component=0, args=(dom.spacing, 1),
+                                     per_job=100)
+        depth.append(len(blocks.rdd.toDebugString().splitlines()))
+    assert len(set(depth)) == 1, depth
+    T = dom.assemble({g: a[0] for g, a in blocks.recv_gpu().items()})
+    np.testing.assert_array_equal(T, L.reference8(dims=dims, seed=seed))
+    blocks.drop_gpu()
+
+
 def test_errors_name_the_parameter(engine):
     with pytest.raises(ValueError, match="unknown shuffle 'ring'; expected 'halo' or 'key'"):
         engine.gpu_shuffle(engine.blocks({0: np.zeros(1)}, 1), "ring")
