@@ -470,3 +470,15 @@ def test_stats_and_pickled_clients(daemon):
         w2 = pickle.loads(pickle.dumps(w))  # a Spark task can carry one
         assert w2.ping() == daemon.pid and w2.round_trips == 0
         w2.close()
+
+
+def test_gpu_socket_named_by_ordinal_without_asking_cuda(tmp_path, monkeypatch):
+    # Spark tasks name a GPU's daemon by the ordinal Spark gave them: no CUDA call.
+    from insitu.pool import handoff
+
+    asked = []
+    monkeypatch.setattr(handoff, "_cupy", lambda: asked.append(1))
+    p = default_socket_path(3, directory=str(tmp_path), by_bus_id=False)
+    assert p.startswith(str(tmp_path)) and p.endswith("-gpu3.sock") and asked == []
+    default_socket_path(3, directory=str(tmp_path))  # the default asks CuPy for the bus id
+    assert asked == [1]

@@ -163,19 +163,23 @@ def _client(ctx: _Ctx, device: int | None, directory: str) -> DaemonWorker:
     """The connection to the daemon for `device` in `directory`, starting it if none runs."""
     from insitu.pool.daemon import default_socket_path
 
-    w = _CLIENTS.get(default_socket_path(device, directory=directory))
+    # By ordinal: a task must not initialise CUDA (its python worker is forked and reused).
+    w = _CLIENTS.get(default_socket_path(device, directory=directory, by_bus_id=False))
     if w is None:
-        h = ensure_daemon(device, directory=directory, timeout=max(ctx.timeout, 60.0), **dict(ctx.options))
+        h = ensure_daemon(device, directory=directory, timeout=max(ctx.timeout, 60.0), by_bus_id=False,
+                          **dict(ctx.options))
         w = _CLIENTS[h.socket_path] = h.client(timeout=ctx.timeout)
         _DEVICES[h.socket_path] = device
     return w
 
 
 def _client_at(ctx: _Ctx, rec: BlockRecord) -> DaemonWorker:
+    """The connection to the daemon that holds `rec` (its socket, whoever named it)."""
     w = _CLIENTS.get(rec.socket)
-    if w is not None:
-        return w
-    return _client(ctx, rec.device, os.path.dirname(rec.socket))
+    if w is None:
+        w = _CLIENTS[rec.socket] = DaemonWorker(rec.socket, timeout=ctx.timeout)
+        _DEVICES[rec.socket] = rec.device
+    return w
 
 
 def _records_of(src) -> list[BlockRecord]:

@@ -28,8 +28,8 @@ Where the daemons are
 One daemon per GPU per node, a CPU daemon where there is none, started on demand from
 inside tasks with :func:`insitu.pool.ensure_daemon` (a file lock makes concurrent tasks
 start it once), in a session of their own, so they outlive Spark's python workers.
-Tasks run no GPU code: they send packages (but naming a GPU daemon's socket,
-:func:`insitu.pool.daemon.default_socket_path` asks CuPy for the GPU's PCI bus id).
+Tasks run no GPU code and never initialise CUDA: they send packages, and name a GPU's
+daemon by the ordinal Spark gave them (``default_socket_path(by_bus_id=False)``).
 Which daemon a partition uses:
 
 * Spark scheduled a GPU to the task (``spark.task.resource.gpu.amount``; the settings

@@ -365,18 +365,22 @@ def _node_dir(directory: str | None) -> str:
     return d
 
 
-def default_socket_path(device: int | None = None, *, directory: str | None = None) -> str:
+def default_socket_path(device: int | None = None, *, directory: str | None = None, by_bus_id: bool = True) -> str:
     """This node's socket of the daemon for `device` (None: the CPU worker).
 
     In `directory`, else ``$INSITU_DAEMON_DIR``, else ``$XDG_RUNTIME_DIR/insitu``, else
     ``<temp dir>/insitu-<uid>`` (created with mode 0700). A GPU is named by its PCI bus id
     where CuPy can tell, so processes with other ``CUDA_VISIBLE_DEVICES`` still meet on
-    the same GPU's daemon.
+    the same GPU's daemon; that asks the CUDA runtime. ``by_bus_id=False`` names it by
+    the ordinal and touches no CUDA (Spark tasks, whose processes must never initialise
+    it, and whose GPU addresses are ordinals of one view).
     """
     name = "cpu"
     if device is not None:
         name = f"gpu{int(device)}"
         try:
+            if not by_bus_id:
+                raise LookupError("named by ordinal")
             cp = handoff._cupy()  # noqa: SLF001
             if cp is not None:
                 name = "gpu-" + str(cp.cuda.Device(int(device)).pci_bus_id).replace(":", "_")
@@ -486,7 +490,7 @@ def _read_ready(fd: int, timeout: float) -> bytes:
 
 
 def ensure_daemon(device: int | None = None, *, directory: str | None = None, timeout: float = START_TIMEOUT,
-                  **options: Any) -> DaemonHandle:
+                  by_bus_id: bool = True, **options: Any) -> DaemonHandle:
     """The node's daemon for `device`: connect to it, or start it if none runs.
 
     Safe when many processes call it at once: a file lock next to the socket lets one
@@ -500,6 +504,8 @@ def ensure_daemon(device: int | None = None, *, directory: str | None = None, ti
         Where the socket lives (see :func:`default_socket_path`).
     timeout : float
         Seconds to wait for the lock and for a new daemon.
+    by_bus_id : bool
+        Name a GPU's socket by its PCI bus id (see :func:`default_socket_path`).
     **options
         ``budget_bytes``, ``host_budget_bytes``, ``spill_dir`` for a daemon started here
         (a running daemon keeps its own).
@@ -511,7 +517,7 @@ def ensure_daemon(device: int | None = None, *, directory: str | None = None, ti
     DaemonStartError
         Starting one failed.
     """
-    path = default_socket_path(device, directory=directory)
+    path = default_socket_path(device, directory=directory, by_bus_id=by_bus_id)
     h = _probe(path, device)
     if h is not None:
         return h
