@@ -166,9 +166,9 @@ def insitu(b: Bench) -> None:
         # The iso surface lies where the front has been for a while (a Jacobi sweep moves
         # it one node along each axis; the sphere's L1 radius stays inside that).
         iso = 0.4 * warm * h
-        for slowness in args.slowness:
+        for precision, slowness in ((p, s) for p in args.precision for s in args.slowness):
             solver = EikonalSolver(dom, model, seeds_from_fractions([(0.3, 0.4, 0.5)], dims), b.comm, xp=xp,
-                                   local_iters=1, slowness=slowness)
+                                   local_iters=1, slowness=slowness, precision=precision)
             for _ in range(warm):  # a front well inside the box
                 solver.step()
             for dtype in args.hand_off:
@@ -182,13 +182,13 @@ def insitu(b: Bench) -> None:
             xp.get_default_memory_pool().free_all_blocks()
     cmd = (f"mpirun -n {b.size} python examples/bench_insitu.py insitu --n {' '.join(map(str, args.n))} "
            f"--size {args.size[0]} {args.size[1]} --iters {args.iters} --hand-off {' '.join(args.hand_off)} "
-           f"--slowness {' '.join(args.slowness)}"
+           f"--slowness {' '.join(args.slowness)} --precision {' '.join(args.precision)}"
            + (" --weak" if args.weak else ""))
     head = b.header(f"In-situ iteration: eikonal sweep + isosurface rendering + streaming, {b.size} rank(s)"
                     + (", weak scaling" if args.weak else ""), cmd)
     table = ("Median ms per iteration over the iterations (slowest rank per stage); `other` is the adaptor's "
              "own work (mesh checks, scene set-up) beyond its timed stages.\n\n"
-             "| grid | ranks | slowness | hand-off | triangles | iteration | " + " | ".join(STAGES) + " | other |\n"
+             "| grid | ranks | solver (T, 1/speed) | hand-off | triangles | iteration | " + " | ".join(STAGES) + " | other |\n"
              "| --- | ---: | --- | --- | ---: | ---: | " + " | ".join("---:" for _ in STAGES) + " | ---: |\n")
     for r in rows:
         table += (f"| {r['grid']} | {b.size} | {r['slowness']} | {r['dtype']} | {r['triangles']} | "
@@ -196,7 +196,7 @@ def insitu(b: Bench) -> None:
                   + " | ".join(_ms(r['stages'].get(s, 0.0)) for s in STAGES) + f" | {_ms(r['other'])} |\n")
     table += ("\nEach stage against its floor (bytes it must move per rank / measured device copy bandwidth; "
               "extracts: the frame over device->host):\n\n"
-              "| grid | slowness | hand-off | stage | ms | MB moved | floor, ms | x floor |\n"
+              "| grid | solver (T, 1/speed) | hand-off | stage | ms | MB moved | floor, ms | x floor |\n"
               "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |\n")
     for grid, sl, dtype, stage, t, nbytes, floor in floors:
         table += (f"| {grid} | {sl} | {dtype} | {stage} | {_ms(t)} | {nbytes / 1e6:.1f} | {_ms(floor)} | "
@@ -272,8 +272,10 @@ def _insitu_run(b: Bench, dom, solver, speed, mine, iso, dims, dtype, floors) ->
     ghost_bytes = 2 * sum(int(np.prod(dom.block(g).padded_shape)) // dom.block(g).padded_shape[0] * 8
                           for g in mine if b.size > 1)
     item = dtype.itemsize
-    slowness = solver.slowness
-    moved = {"halo": ghost_bytes, "eikonal": (17 + np.dtype(slowness).itemsize) * nodes, "handoff": (8 + item) * nodes, "contour": item * nodes,
+    t_item, w_item = np.dtype(solver.precision).itemsize, np.dtype(solver.slowness).itemsize
+    slowness = f"{solver.precision}, {solver.slowness}"
+    ghost_bytes = ghost_bytes * t_item // 8
+    moved = {"halo": ghost_bytes, "eikonal": (2 * t_item + w_item + 1) * nodes, "handoff": (t_item + item) * nodes, "contour": item * nodes,
              "render": (tris * 12 + verts * 28) // max(b.size, 1) + w * hgt * 8,
              "composite": w * hgt * 20}
     for stage in STAGES:
@@ -393,6 +395,8 @@ def main(argv=None) -> int:
     ap.add_argument("--hand-off", nargs="+", default=["float64"], choices=("float64", "float32"))
     ap.add_argument("--slowness", nargs="+", default=["float64"], choices=("float64", "float32"),
                     help="insitu: how the eikonal solver keeps 1/speed")
+    ap.add_argument("--precision", nargs="+", default=["float64"], choices=("float64", "float32"),
+                    help="insitu: how the eikonal solver keeps the travel times")
     ap.add_argument("--weak", action="store_true")
     ap.add_argument("--tmp", default=os.environ.get("TMPDIR", "/tmp"))
     ap.add_argument("--md")

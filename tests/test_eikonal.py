@@ -211,3 +211,19 @@ def test_float32_slowness_changes_the_solution_by_its_rounding_only():
     assert not np.array_equal(runs["float32"], runs["float64"])  # it did use float32
     with pytest.raises(ValueError, match="slowness must be 'float64' or 'float32', got 'half'"):
         EikonalSolver(dom, random_smooth(seed=5), [(4, 5, 6)], slowness="half")
+
+
+def test_float32_travel_times_end_when_no_stored_value_moves():
+    # Travel times kept in float32: the run still converges (to tol 0: no stored value
+    # changes) and stays within float32 rounding of the float64 solve.
+    from solvers.eikonal.speed import random_smooth
+
+    dom = Domain.create((22, 20, 18), blocks=(2, 1, 1), spacing=(0.05, 0.05, 0.05))
+    ref = EikonalSolver(dom, random_smooth(seed=5), [(4, 5, 6)])
+    ref.solve()
+    s = EikonalSolver(dom, random_smooth(seed=5), [(4, 5, 6)], precision="float32", slowness="float32")
+    s.solve(max_iter=200)
+    assert all(b.dtype == np.float32 for b in s.blocks.values())
+    np.testing.assert_allclose(s.gather(), ref.gather(), rtol=2e-6)
+    with pytest.raises(ValueError, match="precision must be 'float64' or 'float32', got 'float16'"):
+        EikonalSolver(dom, random_smooth(seed=5), [(4, 5, 6)], precision="float16")

@@ -113,18 +113,26 @@ class EikonalSolver:
         How the slowness 1/speed is kept. A sweep is bound by memory traffic; float32
         moves 21 bytes per node instead of 25 (the travel times stay float64), at a
         relative error of the slowness of about 6e-8.
+    precision : {"float64", "float32"}
+        How the travel times are kept (the update itself is computed in float64 and
+        rounded once per node and sweep). float32 moves 17 bytes per node instead of 25
+        (13 with a float32 slowness) and halves the halo bytes; travel times carry a
+        relative rounding error of about 6e-8 per sweep, far below the scheme's first-
+        order discretization error, and a run still ends when no node changes.
     """
 
     def __init__(self, domain: Domain, speed, seeds, comm=None, *, xp=np, local_iters: int = 4,
-                 timeout: float = 60.0, slowness: str = "float64") -> None:
+                 timeout: float = 60.0, slowness: str = "float64", precision: str = "float64") -> None:
         if slowness not in ("float64", "float32"):
             raise ValueError(f"eikonal: slowness must be 'float64' or 'float32', got {slowness!r}")
+        if precision not in ("float64", "float32"):
+            raise ValueError(f"eikonal: precision must be 'float64' or 'float32', got {precision!r}")
         if domain.ghost < 1:
             raise ValueError(f"eikonal: the domain needs a ghost width >= 1, got {domain.ghost}")
         if local_iters < 1:
             raise ValueError(f"eikonal: local_iters must be >= 1, got {local_iters}")
         self.domain, self.comm, self.xp, self.local_iters = domain, comm, xp, int(local_iters)
-        self.slowness = slowness
+        self.slowness, self.precision = slowness, precision
         self.rank = 0 if comm is None else comm.Get_rank()
         self.spacing = domain.spacing
         seed_idx = _seed_indices(seeds, domain.dims)
@@ -140,7 +148,7 @@ class EikonalSolver:
             w = ns.full(b.padded_shape, np.inf, dtype=slowness)
             w[b.interior] = 1.0 / sp
             del sp
-            T = ns.full(b.padded_shape, np.inf)
+            T = ns.full(b.padded_shape, np.inf, dtype=precision)
             frozen = ns.zeros(b.padded_shape, np.bool_)
             for idx in seed_idx:
                 if all(l <= i < h for i, l, h in zip(idx, b.lo, b.hi)):

@@ -64,6 +64,7 @@ def sweep(T, out, w, frozen, hx, hy, hz):
                 c = min(T[i, j, k - 1], T[i, j, k + 1])
                 new = min(t, godunov(a, b, c, hx, hy, hz, w[i, j, k]))
                 out[i, j, k] = new
+                new = out[i, j, k]  # the stored value (float32 buffers round): a run ends when none moves
                 if new < t:
                     d = t - new if t != math.inf else math.inf
                     if d > m:

@@ -72,3 +72,17 @@ def test_float32_slowness_on_the_gpu_equals_the_cpu():
         s.solve()
         out[name] = s.gather()
     np.testing.assert_allclose(insitu.to_host(out["gpu"]), out["cpu"], rtol=1e-5)
+
+
+def test_float32_travel_times_on_the_gpu_converge_to_the_cpu_answer():
+    shape, spacing = (40, 36, 44), (0.03, 0.035, 0.025)
+    dom = Domain.create(shape, blocks=(2, 1, 1), spacing=spacing)
+    out = {}
+    for name, xp in (("cpu", np), ("gpu", cp)):
+        s = EikonalSolver(dom, random_smooth(seed=2), [(4, 5, 6)], xp=xp, precision="float32", slowness="float32")
+        s.solve(max_iter=400)  # ends when no stored value moves
+        assert all(b.dtype == np.float32 for b in s.blocks.values())
+        out[name] = s.gather()
+    ref = solve(grid_speed(random_smooth(seed=2), shape, spacing), [(4, 5, 6)], spacing)
+    np.testing.assert_allclose(insitu.to_host(out["gpu"]), out["cpu"], rtol=1e-5)
+    np.testing.assert_allclose(out["cpu"], ref, rtol=1e-5)
