@@ -227,3 +227,12 @@ def test_float32_travel_times_end_when_no_stored_value_moves():
     np.testing.assert_allclose(s.gather(), ref.gather(), rtol=2e-6)
     with pytest.raises(ValueError, match="precision must be 'float64' or 'float32', got 'float16'"):
         EikonalSolver(dom, random_smooth(seed=5), [(4, 5, 6)], precision="float16")
+
+
+def test_the_float32_gpu_kernel_is_derived_from_the_float64_one():
+    # The float32-travel-time CUDA kernel is the float64 text with two edits; both must
+    # still apply (checked here without a GPU: the text only).
+    from solvers.eikonal import _gpu
+
+    for old, new in _gpu._T32_EDITS:
+        assert _gpu._SOURCE.count(old) == 1, old

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 
 _SOURCE = r"""
-#define TT double  // how travel times are stored (float: the float32 variant); the update is double
 __device__ __forceinline__ double godunov(double a, double b, double c,
                                           double ha, double hb, double hc, double w)
 {
@@ -31,7 +30,7 @@ __device__ __forceinline__ double godunov(double a, double b, double c,
 // and march along i over a chunk of planes, keeping T at i-1, i, i+1 in registers, so
 // each T value comes from memory once (the i-neighbours are a whole plane apart, too
 // far for the caches at large sizes); j/k neighbours are cache hits.
-extern "C" __global__ void eikonal_sweep_f64(const TT* __restrict__ T, TT* __restrict__ out,
+extern "C" __global__ void eikonal_sweep_f64(const double* __restrict__ T, double* __restrict__ out,
                                              const double* __restrict__ w,
                                              const unsigned char* __restrict__ frozen,
                                              const int nx, const int ny, const int nz,
@@ -57,9 +56,8 @@ extern "C" __global__ void eikonal_sweep_f64(const TT* __restrict__ T, TT* __res
                 const double b = fmin(T[p - sy], T[p + sy]);
                 const double c = fmin(T[p - 1], T[p + 1]);
                 const double nw = fmin(t, godunov(a, b, c, hx, hy, hz, w[p]));
-                const TT st = (TT)nw;  // the change is the stored one: a run ends when no stored value moves
-                out[p] = st;
-                if (st < t) m = fmax(m, isinf(t) ? t : t - (double)st);  // t = +inf: an infinite change
+                out[p] = nw;
+                if (nw < t) m = fmax(m, isinf(t) ? t : t - nw);  // t = +inf: an infinite change
             }
             tm = t;
             t = tp;
@@ -77,6 +75,14 @@ extern "C" __global__ void eikonal_sweep_f64(const TT* __restrict__ T, TT* __res
 """
 
 
+_T32_EDITS = (
+    ("const double* __restrict__ T, double* __restrict__ out,", "const float* __restrict__ T, float* __restrict__ out,"),
+    ("out[p] = nw;\n                if (nw < t) m = fmax(m, isinf(t) ? t : t - nw);",
+     "const float st = (float)nw;\n                out[p] = st;\n"
+     "                if (st < t) m = fmax(m, isinf(t) ? t : t - (double)st);"),
+)
+
+
 @functools.cache
 def _get_sweep_kernel(w32: bool = False, t32: bool = False):
     import cupy
@@ -84,12 +90,17 @@ def _get_sweep_kernel(w32: bool = False, t32: bool = False):
     if not (w32 or t32):
         return cupy.RawKernel(_SOURCE, "eikonal_sweep_f64")
     # The same sweep reading a float32 slowness and/or keeping float32 travel times; the
-    # update is computed in double either way (loads widen, the store rounds once).
+    # update is computed in double either way (loads widen, the store rounds once, and the
+    # change is the stored one: a run ends when no stored value moves).
     src, name = _SOURCE, "eikonal_sweep_f64"
     if w32:
         src, name = src.replace("const double* __restrict__ w,", "const float* __restrict__ w,"), name + "_w32"
     if t32:
-        src, name = src.replace("#define TT double", "#define TT float"), name + "_t32"
+        for old, new in _T32_EDITS:
+            if old not in src:  # pragma: no cover - the kernel text changed: fail loudly, not silently
+                raise RuntimeError(f"eikonal: cannot derive the float32 kernel (no {old!r} in the source)")
+            src = src.replace(old, new)
+        name += "_t32"
     return cupy.RawKernel(src.replace("eikonal_sweep_f64(", name + "("), name)
 
 
@@ -108,6 +119,6 @@ def sweep(T, out, w, frozen, hx, hy, hz, maxchange) -> None:
         raise TypeError(f"eikonal: slowness must be float64 or float32, got {w.dtype}")
     if T.dtype not in (np.float64, np.float32) or out.dtype != T.dtype:
         raise TypeError(f"eikonal: travel times must be float64 or float32 (both buffers), got {T.dtype}, {out.dtype}")
-    _get_sweep_kernel(w.dtype == np.float32, T.dtype == np.float32)(grid, tile, (T, out, w, frozen, np.int32(nx), np.int32(ny), np.int32(nz),
-                                           np.float64(hx), np.float64(hy), np.float64(hz), np.int32(chunk),
-                                           maxchange))
+    kernel = _get_sweep_kernel(w.dtype == np.float32, T.dtype == np.float32)
+    kernel(grid, tile, (T, out, w, frozen, np.int32(nx), np.int32(ny), np.int32(nz),
+                        np.float64(hx), np.float64(hy), np.float64(hz), np.int32(chunk), maxchange))
