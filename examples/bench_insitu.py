@@ -295,9 +295,13 @@ def _insitu_run(b: Bench, dom, solver, speed, mine, iso, dims, dtype, floors) ->
 # -- Table 3: Mandelbulb isosurfaces ---------------------------------------------------------
 
 
-def _mandelbulb_block(b: Bench, n: int, dom, g: int):
+def _mandelbulb_block(b: Bench, n: int):
+    """This rank's x-slab of the n^3 Mandelbulb field (one ghost layer): the domain, the
+    block id, the slab, its first x index, its real cells and the grid spacing."""
     from mandelbulb import mandelbulb
 
+    dom = Domain.create((n, n, n), blocks=(b.size, 1, 1), nranks=b.size, ghost=1)
+    g = dom.blocks_of(b.rank)[0]
     whole = mandelbulb(n, xp=b.xp)
     blk = dom.block(g)
     lo, hi = max(blk.lo[0] - 1, 0), min(blk.hi[0] + 1, n)
@@ -305,7 +309,7 @@ def _mandelbulb_block(b: Bench, n: int, dom, g: int):
     del whole
     # Real cells: from this block's first node to the next block's first node.
     region = ((blk.lo[0] - lo, 0, 0), (min(blk.hi[0], n - 1) - lo, n - 1, n - 1))
-    return part, lo, region
+    return dom, g, part, lo, region, 2.4 / (n - 1)
 
 
 def mandelbulb_table(b: Bench) -> None:
@@ -314,10 +318,7 @@ def mandelbulb_table(b: Bench) -> None:
     args, xp = b.args, b.xp
     rows = []
     for n in args.n:
-        dom = Domain.create((n, n, n), blocks=(b.size, 1, 1), nranks=b.size, ghost=1)
-        g = dom.blocks_of(b.rank)[0]
-        vol, lo, region = _mandelbulb_block(b, n, dom, g)
-        h = 2.4 / (n - 1)
+        dom, g, vol, lo, region, h = _mandelbulb_block(b, n)
         t, out = b.timed(lambda: marching_cubes(vol, 11.0, spacing=(h, h, h), origin=(-1.2 + lo * h, -1.2, -1.2),
                                                 region=region), args.reps)
         faces = b.comm.allreduce(int(out[1].shape[0]))
@@ -346,10 +347,7 @@ def volume_table(b: Bench) -> None:
     args, xp = b.args, b.xp
     rows = []
     for n in args.n:
-        dom = Domain.create((n, n, n), blocks=(b.size, 1, 1), nranks=b.size, ghost=1)
-        g = dom.blocks_of(b.rank)[0]
-        vol, lo, region = _mandelbulb_block(b, n, dom, g)
-        h = 2.4 / (n - 1)
+        dom, g, vol, lo, region, h = _mandelbulb_block(b, n)
         bounds = (-1.2, 1.2) * 3
         blk = dom.block(g)
         extent = (-1.2 + blk.lo[0] * h, -1.2 + min(blk.hi[0], n - 1) * h, -1.2, 1.2, -1.2, 1.2)

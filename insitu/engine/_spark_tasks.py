@@ -376,7 +376,16 @@ def _extract_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component, tok
     if not srcs:
         return []
     w, device = _worker_for(ctx, index, srcs)
-    pkg, keyed = _keyed_package(None if token is None else (token, index))
+    slabs, _ = _cut_slabs(ctx, w, device, srcs, domain, component, None if token is None else (token, index))
+    return [(n, ("slab", d, rec, desc)) for n, d, rec, desc in slabs]
+
+
+def _cut_slabs(ctx: _Ctx, w: DaemonWorker, device, srcs: list, domain, component, key=None):
+    """One package on `w`: each cached block's slabs for its neighbours, copied and
+    cached there (exported too where the node has several daemons). Returns
+    ``([(target gid, direction from the target to the sender, record, descriptor)], w)``;
+    with a `key`, done once per key (see :func:`_begin`)."""
+    pkg, keyed = _keyed_package(key)
     tags, outs = [], []
     for src in srcs:
         gid = src[0]
@@ -397,9 +406,8 @@ def _extract_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component, tok
         if what == "desc":
             desc[(n, d)] = r
         else:
-            out.append((n, ("slab", d, BlockRecord(("slab", n, d), r, w.socket_path, device, w.pid),
-                            desc.get((n, d)))))
-    return out
+            out.append((n, d, BlockRecord(("slab", n, d), r, w.socket_path, device, w.pid), desc.get((n, d))))
+    return out, w
 
 
 def _group_task(index: int, it: Iterable, *, ctx: _Ctx, key: Callable, token: str | None = None) -> list:
@@ -498,25 +506,7 @@ def _rounds_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component, kern
     for rnd in range(rounds):
         out = []  # (target gid, direction from the target to the sender, record, descriptor)
         if recs:
-            pkg, tags, outs = Package(), [], []
-            for gid, rec in recs.items():
-                whole = pkg.add("exec", _extract, None, (pkg.add("get", rec.handle), gid, domain, component))
-                for d, n in sorted(domain.neighbors(gid).items()):
-                    slab_key = (n, tuple(-x for x in d))
-                    s = pkg.add("exec", operator.getitem, None, (whole, slab_key))
-                    if ctx.multi:
-                        s = pkg.add("exec", _shareable, None, (s,))
-                        outs.append(("recv", pkg.add("exec", export_slab, None, (s,)), ("desc", slab_key)))
-                    outs.append(("cache", s, ("slab", slab_key)))
-            for kind, ref, tag in outs:
-                _add(pkg, tags, kind, ref, tag=tag)
-            results, w = _run(w, pkg, srcs, ctx)
-            desc = {}
-            for (what, (n, d)), r in zip(tags, results):
-                if what == "desc":
-                    desc[(n, d)] = r
-                else:
-                    out.append((n, d, BlockRecord(("slab", n, d), r, w.socket_path, device, w.pid), desc.get((n, d))))
+            out, w = _cut_slabs(ctx, w, device, srcs, domain, component)
         everyone = _rendezvous(exchange_dir, rnd, index, nparts, out, ctx.timeout)
         if not recs:
             continue
