@@ -379,7 +379,8 @@ class SparkEngine:
 
         Each job is a barrier stage (its tasks run together, one per partition); per
         iteration, each task cuts its blocks' slabs on its daemon, the tasks swap the
-        slabs' records with ``allGather``, and each task appends the slabs addressed to
+        slabs' records through files of the node's daemon directory (Spark's own
+        ``allGather`` waits in one-second steps), and each task appends the slabs addressed to
         its blocks (taken from the same daemon by handle, or mapped from another daemon
         of the node through shared memory or CUDA IPC) and runs `kernel`. Halo data moves
         between the daemons only; Spark carries records. The per-job cost of Spark is
@@ -471,7 +472,8 @@ class SparkEngine:
             raise ValueError("SparkEngine.adopt: block keys repeat")
         n = npartitions or min(len(records), self.sc.defaultParallelism)
         if not (isinstance(n, int) and 1 <= n <= len(records)):
-            raise ValueError(f"SparkEngine.adopt: npartitions must be an int in [1, {len(records)}], got {npartitions!r}")
+            raise ValueError(f"SparkEngine.adopt: npartitions must be an int in [1, {len(records)}], "
+                             f"got {npartitions!r}")
         placement = {k: i * n // len(keys) for i, k in enumerate(keys)}
         parts = [[] for _ in range(n)]
         for r in records:
