@@ -295,10 +295,20 @@ def reference7(*, dims=(20, 18, 16), level=5.5):
 
 
 def listing8(engine, *, dims=(12, 10, 8), nblocks=4, seed=(2, 3, 1), iterations=24, local_iters=4,
-             npartitions=2, checkpoint_every=None, checkpoint_dir=None, on_iteration=None):
-    """Iterative eikonal with a halo exchange every iteration: the global travel time."""
+             npartitions=2, checkpoint_every=None, checkpoint_dir=None, on_iteration=None, per_job=None):
+    """Iterative eikonal with a halo exchange every iteration: the global travel time.
+    With `per_job`, that many iterations run in each Spark job (``halo_iterate``; then
+    `checkpoint_every` is a multiple of it and `on_iteration` is called per job)."""
     dom = Domain.create(dims, nblocks=nblocks, ghost=1)
     blocks = engine.blocks(eikonal_block, npartitions, keys=range(dom.nblocks), args=(dims, nblocks, seed))
+    if per_job:
+        blocks = engine.halo_iterate(blocks.cache_gpu(), eikonal_step, iterations, domain=dom, component=0,
+                                     args=(dom.spacing, local_iters), per_job=per_job,
+                                     checkpoint_every=checkpoint_every, checkpoint_dir=checkpoint_dir,
+                                     on_job=on_iteration)
+        out = blocks.recv_gpu()
+        blocks.drop_gpu()
+        return dom.assemble({g: a[0] for g, a in out.items()})
 
     def step(b, i):
         return (engine.gpu_shuffle(b, "halo", domain=dom, component=0)
@@ -422,7 +432,7 @@ def _kill_daemons_later(i, blocks, *, engine, at: int, delay: float):
 
 
 def run(listing: str, engine, *, kill_after: int | None = None, checkpoint_every: int | None = None,
-        iterations: int | None = None, kill_executor_after: int | None = None) -> dict:
+        iterations: int | None = None, kill_executor_after: int | None = None, per_job: int | None = None) -> dict:
     """Run one listing and compare with its reference; returns {"ok": bool, "seconds": float, ...}.
     `iterations`: of listings 2 and 8 (default theirs; listing 8 compares with the converged
     travel time, reached after 8 halo exchanges at its default size)."""
@@ -458,7 +468,7 @@ def run(listing: str, engine, *, kill_after: int | None = None, checkpoint_every
             import tempfile
 
             kw = {"checkpoint_every": checkpoint_every, "checkpoint_dir": tempfile.mkdtemp(prefix="insitu-ckpt-")}
-        got, ref = listing8(engine, on_iteration=on_iteration, **kw, **its), reference8()
+        got, ref = listing8(engine, on_iteration=on_iteration, per_job=per_job, **kw, **its), reference8()
         if kw:
             import shutil
 
@@ -487,6 +497,9 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint-every", type=int, default=None, help="listing 8: checkpoint every K iterations")
     ap.add_argument("--iterations", type=int, default=None,
                     help="listings 2 and 8: iterations (default 5 and 24; listing 8 converges after 8)")
+    ap.add_argument("--per-job", type=int, default=None,
+                    help="listing 8: iterations per Spark job (SparkEngine.halo_iterate; --kill-after and "
+                         "--checkpoint-every then count jobs and iterations)")
     ap.add_argument("--gpus", action="store_true",
                     help="schedule GPUs as a Spark resource (insitu/engine/gpu_discovery.sh; not in local[N])")
     ap.add_argument("--fake-gpus", default=None, metavar="ADDRESSES",
@@ -507,7 +520,7 @@ def main(argv=None) -> int:
     try:
         for n in which:
             r = run(n, engine, kill_after=args.kill_after, checkpoint_every=args.checkpoint_every,
-                    iterations=args.iterations, kill_executor_after=args.kill_executor_after)
+                    iterations=args.iterations, kill_executor_after=args.kill_executor_after, per_job=args.per_job)
             failed += not r["ok"]
             print(f"listing {n} on {args.master}: {'OK' if r['ok'] else 'FAILED'} "
                   + " ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items() if k != "ok"),

@@ -279,15 +279,18 @@ def test_lost_blocks_are_named_after_a_daemon_dies(engine):
     assert fresh[0].tolist() == [2.0, 2.0]
 
 
-def test_killed_daemon_recovers_from_the_last_checkpoint():
+@pytest.mark.parametrize("fused", [False, True], ids=["job-per-iteration", "halo_iterate"])
+def test_killed_daemon_recovers_from_the_last_checkpoint(fused):
     # Own process: retries need the master local[2,3] and a process has one SparkContext.
-    # The daemon is SIGKILLed during iteration 6; tasks fail (WorkerDiedError), Spark
-    # retries them (the retry starts a new daemon; the blocks are gone: LostBlocksError),
-    # and the engine reloads the checkpoint of iteration 4 and replays.
+    # The daemon is SIGKILLed during iteration 6 (fused: during the third job of 4
+    # iterations); tasks fail (WorkerDiedError), Spark retries them (the retry starts a
+    # new daemon; the blocks are gone: LostBlocksError), and the engine reloads the
+    # checkpoint of iteration 4 (fused: 8) and replays.
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    how = ["--per-job", "4", "--kill-after", "2", "--checkpoint-every", "8"] if fused else \
+        ["--kill-after", "5", "--checkpoint-every", "4"]
     p = subprocess.run([sys.executable, os.path.join(EXAMPLES, "spark_listings.py"), "--master", "local[2,3]",
-                        "--listing", "8", "--kill-after", "5", "--checkpoint-every", "4"],
-                       capture_output=True, text=True, timeout=300, env=env)
+                        "--listing", "8", *how], capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stdout + p.stderr[-3000:]
     line = [ln for ln in p.stdout.splitlines() if ln.startswith("listing 8 ")][0]
     assert "listing 8 on local[2,3]: OK" in line and "max_diff=0" in line and "recoveries=1" in line, line

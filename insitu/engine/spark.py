@@ -373,7 +373,9 @@ class SparkEngine:
 
     def halo_iterate(self, blocks: "SparkBlocks", kernel: Any, iterations: int, *, domain, component: int | None = None,
                      function_name: str | None = None, args: tuple = (), per_job: int = 10,
-                     drop_sources: bool = True, **launch: Any) -> "SparkBlocks":
+                     drop_sources: bool = True, checkpoint_every: int | None = None,
+                     checkpoint_dir: str | None = None,
+                     on_job: Callable[[int, "SparkBlocks"], None] | None = None, **launch: Any) -> "SparkBlocks":
         """``iterations`` x (halo exchange, then ``kernel(block, *args)`` on every block),
         `per_job` of them in each Spark job.
 
@@ -398,6 +400,13 @@ class SparkEngine:
             Iterations per Spark job.
         drop_sources : bool
             Free `blocks` once the first job has made their successors.
+        checkpoint_every, checkpoint_dir
+            As :meth:`iterate`, in iterations (a multiple of `per_job`): the blocks are
+            written every so many iterations, and a job that lost blocks (a daemon or an
+            executor died) resumes from the last checkpoint.
+        on_job : callable, optional
+            ``on_job(jobs done, blocks)`` after each job (as :meth:`iterate`'s
+            `on_iteration`).
 
         Returns
         -------
@@ -413,25 +422,33 @@ class SparkEngine:
         if blocks.npartitions > self.sc.defaultParallelism:
             raise ValueError(f"halo_iterate: {blocks.npartitions} partitions, but a barrier stage runs all of them "
                              f"at once and Spark has {self.sc.defaultParallelism} task slots")
-        done, first = 0, blocks
-        while done < iterations:
-            k = min(per_job, iterations - done)
+        if checkpoint_every is not None and (not isinstance(checkpoint_every, int) or checkpoint_every < 1
+                                             or checkpoint_every % per_job):
+            raise ValueError(f"halo_iterate: checkpoint_every must be a multiple of per_job ({per_job}), "
+                             f"got {checkpoint_every!r}")
+        first = blocks
+
+        def job(b: "SparkBlocks", j: int) -> "SparkBlocks":
+            k = min(per_job, iterations - j * per_job)
             # Records are swapped through files of the node's daemon directory: the tasks of
             # a job run on the driver's node (local and local-cluster masters).
             exchange = os.path.join(self.daemon_dir, "rounds", uuid.uuid4().hex[:12])
-            rdd = blocks.rdd.barrier().mapPartitionsWithIndex(functools.partial(
+            rdd = b.rdd.barrier().mapPartitionsWithIndex(functools.partial(
                 _rounds_task, ctx=self._ctx, domain=domain, component=component, kernel=kernel,
                 function_name=function_name, args=tuple(args), launch=dict(launch), rounds=k,
-                nparts=blocks.npartitions, exchange_dir=exchange))
+                nparts=b.npartitions, exchange_dir=exchange))
             try:
                 records = rdd.collect()
             finally:
                 shutil.rmtree(exchange, ignore_errors=True)
-            new = self._from_records(records, blocks)
-            if blocks is not first or drop_sources:
-                blocks.drop_gpu()
-            blocks, done = new, done + k
-        return blocks
+            new = self._from_records(records, b)
+            if b is not first or drop_sources:
+                b.drop_gpu()
+            return new
+
+        jobs = -(-iterations // per_job)
+        return self.iterate(blocks, job, jobs, checkpoint_every=None if checkpoint_every is None
+                            else checkpoint_every // per_job, checkpoint_dir=checkpoint_dir, on_iteration=on_job)
 
     def _from_records(self, records: list, like: "SparkBlocks") -> "SparkBlocks":
         """Cached blocks of `records` (as tasks return them), partitioned as `like`."""
