@@ -478,12 +478,11 @@ def _rounds_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component, kern
     """`rounds` x (halo exchange, `kernel`) for one partition's cached blocks, in a barrier
     stage: per round one package cuts, copies and caches the slabs on this partition's
     daemon (exported where the node has several daemons), the tasks swap the slabs'
-    records with ``allGather`` (the round's barrier; the data stays in the daemons), and
-    a second package appends the slabs addressed to these blocks (same daemon: by handle;
-    another daemon: mapped through shared memory or CUDA IPC), runs `kernel` and caches
-    the results. The blocks of the round before are dropped as it goes, except the job's
-    sources: a retried stage starts from them again. The records are swapped through
-    files in `exchange_dir` (:func:`_rendezvous`); the data stays in the daemons."""
+    records through files in `exchange_dir` (:func:`_rendezvous`, the round's barrier;
+    the data stays in the daemons), and a second package appends the slabs addressed to
+    these blocks (same daemon: by handle; another daemon: mapped through shared memory or
+    CUDA IPC), runs `kernel` and caches the results. The blocks of the round before are
+    dropped as it goes, except the job's sources: a retried stage starts from them again."""
     os.makedirs(exchange_dir, exist_ok=True)
     # A rerun of the stage (Spark retries barrier stages whole) starts from the job's
     # sources; this partition's files of the failed attempt go first. Another partition
