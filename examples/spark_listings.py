@@ -337,12 +337,11 @@ def mesh_key(v, f, decimals=5):
     return sorted(map(bytes, t))
 
 
-def kill_daemons(engine, wait: float = 10.0) -> list[int]:
-    """SIGKILL the engine's daemons on this node and wait (up to `wait` s) until they are
-    gone; returns their pids."""
-    import signal
-
+def kill_daemons(engine) -> list[int]:
+    """SIGKILL the engine's daemons on this node, each waited for until it is gone;
+    returns their pids."""
     from insitu.pool import DaemonWorker
+    from insitu.pool.daemon import DaemonHandle
 
     pids = []
     for sock in engine.daemons():
@@ -350,23 +349,11 @@ def kill_daemons(engine, wait: float = 10.0) -> list[int]:
             pid = DaemonWorker(sock, timeout=5).ping()
         except Exception:  # noqa: BLE001 - not running
             continue
-        os.kill(pid, signal.SIGKILL)
+        # kill() waits until it is gone: until the kernel has closed a daemon's sockets, a
+        # task may still reach it and then see its connection reset mid-package.
+        DaemonHandle(pid, sock).kill()
         pids.append(pid)
-    # The kill is asynchronous: until the kernel has closed a daemon's sockets, a task may
-    # still reach it and then see its connection reset mid-package.
-    deadline = time.monotonic() + wait
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.01)
     return pids
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie has closed its sockets: not alive)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
 
 
 def executor_pids(engine) -> list[int]:
@@ -400,12 +387,14 @@ def kill_executor(engine, wait: float = 10.0) -> int | None:
     python workers go with it, the worker daemons (sessions of their own) stay."""
     import signal
 
+    from insitu.pool.daemon import pid_alive
+
     pids = executor_pids(engine)
     if not pids:
         return None
     os.kill(pids[-1], signal.SIGKILL)
     deadline = time.monotonic() + wait
-    while _alive(pids[-1]) and time.monotonic() < deadline:
+    while pid_alive(pids[-1]) and time.monotonic() < deadline:
         time.sleep(0.01)
     return pids[-1]
 

@@ -271,6 +271,17 @@ def main(argv: list[str] | None = None) -> int:
 # --------------------------------------------------------------------------- starting
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` runs on this node (a zombie no one reaped yet has exited and
+    closed its sockets: not alive)."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
+
+
 @dataclasses.dataclass
 class DaemonHandle:
     """A running worker daemon: its pid and socket; :meth:`client`, :meth:`stop`, :meth:`kill`."""
@@ -290,12 +301,7 @@ class DaemonHandle:
         """Whether the daemon's process still exists."""
         if self._proc is not None:
             return self._proc.poll() is None
-        try:
-            with open(f"/proc/{self.pid}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            return False
-        return state not in (b"Z", b"X")  # a zombie no one reaped yet is dead
+        return pid_alive(self.pid)
 
     def _wait(self, timeout: float) -> bool:
         if self._proc is not None:

@@ -38,6 +38,21 @@ def _engine(engine: str) -> str:
     return e
 
 
+class _Stream:
+    """One end of an ADIOS2 stream (``self._stream``): ``close()`` and ``with``."""
+
+    _stream: Any
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 @dataclasses.dataclass
 class Frame:
     """One frame as read back."""
@@ -50,7 +65,7 @@ class Frame:
     ranges: dict = dataclasses.field(default_factory=dict)  # field -> (lo, hi)
 
 
-class FrameWriter:
+class FrameWriter(_Stream):
     """Writes frames, one ADIOS2 step each (on one rank: the one holding the composited image).
 
     Parameters
@@ -130,17 +145,9 @@ class FrameWriter:
         s.end_step()
         self.steps += 1
 
-    def close(self) -> None:
-        self._stream.close()
-
-    def __enter__(self) -> "FrameWriter":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
-class FrameReader:
+class FrameReader(_Stream):
     """Reads frames from a live SST stream or a BP5 file, step after step.
 
     Parameters
@@ -197,11 +204,3 @@ class FrameReader:
                 return
             yield f
 
-    def close(self) -> None:
-        self._stream.close()
-
-    def __enter__(self) -> "FrameReader":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

@@ -20,6 +20,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .frames import _Stream
+
 __all__ = ["SteeringReader", "SteeringWriter", "relay", "steering_name"]
 
 _WRITER = {"RendezvousReaderCount": "0", "QueueLimit": "16", "QueueFullPolicy": "Discard"}
@@ -30,7 +32,7 @@ def steering_name(frames: str) -> str:
     return f"{frames}.steer"
 
 
-class SteeringWriter:
+class SteeringWriter(_Stream):
     """The viewer's end: sends updates (JSON objects)."""
 
     def __init__(self, name: str) -> None:
@@ -50,15 +52,6 @@ class SteeringWriter:
         s.write("update", json.dumps(dict(update)))  # an ADIOS2 string variable
         s.end_step()
         self.sent += 1
-
-    def close(self) -> None:
-        self._stream.close()
-
-    def __enter__(self) -> "SteeringWriter":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 class SteeringReader:
