@@ -1,14 +1,19 @@
 """Rasterized triangle meshes (marching-cubes output): Phong shading, colour by a scalar
 through a colormap, Ascent-style camera; colour and view depth out for compositing.
 
-NumPy meshes are uploaded to OpenGL buffers; CuPy meshes go through CUDA-GL interop
-(render/interop.py) when it is available, so they never visit the host.
+Two rasterizers draw the same image: OpenGL (NumPy meshes are uploaded to GL buffers,
+CuPy meshes shared through CUDA-GL interop, render/interop.py) and the software
+rasterizer of render/raster (CUDA kernels for CuPy meshes, Numba for NumPy ones). By
+default (``rasterizer="auto"``) CuPy meshes take the software path, which is several
+times faster on compute GPUs, and NumPy meshes take OpenGL. Either way a device mesh
+never visits the host.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 from typing import Sequence
 
 import numpy as np
@@ -18,7 +23,10 @@ from insitu import arrays
 from .camera import Camera
 from .gl import Framebuffer, get_context
 
-__all__ = ["Material", "SurfaceRenderer", "render_mesh"]
+__all__ = ["RASTERIZERS", "Material", "SurfaceRenderer", "render_mesh"]
+
+#: ``"auto"``: software for CuPy meshes, OpenGL for NumPy ones; ``"gl"``; ``"software"``.
+RASTERIZERS = ("auto", "gl", "software")
 
 _VERTEX = """
 #version 330 core
@@ -148,13 +156,48 @@ def _check_mesh(verts, faces, normals, values):
     return f32(v), xp.ascontiguousarray(f), f32(n), s  # int32 indices, drawn as GL_UNSIGNED_INT
 
 
+def _frame_params(cam: Camera, width: int, height: int, near: float, far: float, *, values: bool, colormap: str,
+                  vmin, vmax, color, material: Material, light, background) -> dict:
+    """Everything a frame's shading needs, for the GL uniforms and the software
+    rasterizer alike (names of render/raster/_params.FIELDS)."""
+    from .colormap import NAMES, table
+
+    view = cam.view_matrix()
+    to_light = np.asarray(light if light is not None else -cam.forward, np.float64)  # default: headlight
+    if to_light.shape != (3,) or not np.isfinite(to_light).all() or not to_light.any():
+        raise ValueError(f"light: expected a non-zero direction (3 values), got {light}")
+    if len(background) != 4:
+        raise ValueError(f"background: expected premultiplied RGBA (4 values), got {list(background)}")
+    table(colormap)  # a clear error for an unknown name
+    vmin = 0.0 if vmin is None else float(vmin)
+    vmax = vmin + 1.0 if vmax is None or not vmax > vmin else float(vmax)  # constant: first colour
+    t = math.tan(math.radians(cam.fov) / 2)
+    return dict(rot=view[:3, :3].ravel(), shift=view[:3, 3], tanx=t * width / height, tany=t, near=near, far=far,
+                ambient=material.ambient, diffuse=material.diffuse, specular=material.specular,
+                shininess=material.shininess, color=list(color)[:3],
+                light=view[:3, :3] @ (to_light / np.linalg.norm(to_light)), vmin=vmin, vscale=1.0 / (vmax - vmin),
+                bg=np.round(np.clip(np.asarray(background, np.float64), 0, 1) * 255) / 255,  # as RGBA8 stores it
+                cmap=NAMES.index(colormap), use_cmap=int(values))
+
+
 class SurfaceRenderer:
     """Draws meshes into an offscreen framebuffer of `width` x `height`.
 
     Keeps its GL objects between frames (a time loop renders the same size again).
+    `rasterizer` is one of :data:`RASTERIZERS`; ``"software"`` needs no OpenGL at all.
     """
 
-    def __init__(self, width: int, height: int) -> None:
+    def __init__(self, width: int, height: int, rasterizer: str = "auto") -> None:
+        if rasterizer not in RASTERIZERS:
+            raise ValueError(f"rasterizer: expected one of {', '.join(RASTERIZERS)}, got {rasterizer!r}")
+        self.rasterizer = rasterizer
+        self._soft_mesh = None  # device arrays handed out by mesh_buffers on the software path
+        if rasterizer == "software":
+            if int(width) != width or int(height) != height or width < 1 or height < 1:
+                raise ValueError(f"image size: expected positive integers, got {width}x{height}")
+            self.ctx = None
+            self.width, self.height = int(width), int(height)
+            return
         from OpenGL import GL
 
         self.ctx = get_context()
@@ -203,10 +246,19 @@ class SurfaceRenderer:
                light: Sequence[float] | None = None, background: Sequence[float] = (0.0, 0.0, 0.0, 0.0),
                bounds: Sequence[float] | None = None):
         """Render one mesh; returns ``(rgba, depth)`` as :func:`render_mesh`."""
+        v, f, n, s = _check_mesh(verts, faces, normals, values)
+        if vmin is None and s is not None and len(s):
+            vmin = arrays.scalar_to_host(s.min())
+        if vmax is None and s is not None and len(s):
+            vmax = arrays.scalar_to_host(s.max())
+        kw = dict(values=s is not None, camera=camera, bounds=bounds if bounds is not None else _bounds(v),
+                  colormap=colormap, vmin=vmin, vmax=vmax, color=color, material=material, light=light,
+                  background=background)
+        if self._software(arrays.is_device_array(v)):
+            return self._raster((v, f, n, s), len(f), **kw)
         from OpenGL import GL
 
         self.ctx.make_current()
-        v, f, n, s = _check_mesh(verts, faces, normals, values)
         on_device = arrays.is_device_array(v) and self.interop
         if arrays.is_device_array(v) and not on_device:  # no interop here: staged (counted)
             v, f, n = arrays.to_host(v), arrays.to_host(f), arrays.to_host(n)
@@ -222,18 +274,32 @@ class SurfaceRenderer:
                     if data is not None:
                         self._upload(GL, slot, GL.GL_ARRAY_BUFFER, data)
                 self._upload(GL, 3, GL.GL_ELEMENT_ARRAY_BUFFER, f)
-        if vmin is None and s is not None and len(s):
-            vmin = arrays.scalar_to_host(s.min())
-        if vmax is None and s is not None and len(s):
-            vmax = arrays.scalar_to_host(s.max())
-        box = bounds if bounds is not None else _bounds(v)
-        return self.draw(len(f), values=s is not None, camera=camera, bounds=box, colormap=colormap, vmin=vmin,
-                         vmax=vmax, color=color, material=material, light=light, background=background,
-                         device=on_device)
+        return self.draw(len(f), device=on_device, **kw)
+
+    def _software(self, device: bool) -> bool:
+        return self.rasterizer == "software" or (self.rasterizer == "auto" and device)
+
+    def _raster(self, mesh, nfaces: int, *, values: bool, camera, bounds, colormap, vmin, vmax, color, material,
+                light, background):
+        from .raster import rasterize
+
+        v, f, n, s = mesh
+        material = material or Material()
+        cam = camera
+        if cam is None:
+            cam = Camera.fit(bounds) if bounds is not None else Camera((0.0, 0.0, 1.0), (0.0, 0.0, 0.0))
+        near, far = cam.clip_range(bounds) if bounds is not None else (1.0, 2.0)
+        params = _frame_params(cam, self.width, self.height, near, far, values=values, colormap=colormap, vmin=vmin,
+                               vmax=vmax, color=color, material=material, light=light, background=background)
+        if bounds is None:  # nothing to draw: the background
+            nfaces = 0
+        return rasterize(v, f[:nfaces], n, s if values else None, params, self.width, self.height)
 
     @property
     def interop(self) -> bool:
         """Whether meshes and frames stay on the GPU (CUDA-GL interop)."""
+        if self.ctx is None:
+            return False
         if self._interop is None:
             from .interop import interop_available
 
@@ -261,9 +327,13 @@ class SurfaceRenderer:
         (marching cubes can write into them: ``marching_cubes(..., out=views)``).
 
         Yields ``(verts (nverts, 3) float32, faces (nfaces, 3) int32, normals, values
-        (nverts,) float32 or None)``; draw them afterwards with :meth:`draw`. Needs
-        CUDA-GL interop.
+        (nverts,) float32 or None)``; draw them afterwards with :meth:`draw`. On the
+        software path they are plain CuPy arrays (kept for the next frames); with
+        ``rasterizer="gl"`` they are GL buffers and need CUDA-GL interop.
         """
+        if self.rasterizer != "gl":
+            yield self._soft_buffers(nverts, nfaces, values)
+            return
         from OpenGL import GL
 
         if not self.interop:
@@ -279,13 +349,36 @@ class SurfaceRenderer:
             views = {slot: stack.enter_context(self._registered[slot].map(shape, dt)) for slot, _, shape, dt in specs}
             yield views[0], views[3], views[1], views.get(2)
 
+    def _soft_buffers(self, nverts: int, nfaces: int, values: bool):
+        cp = arrays.cupy_or_none()
+        if cp is None:
+            raise RuntimeError("mesh_buffers: needs CuPy (device meshes)")
+        old = self._soft_mesh
+        if old is None or len(old[0]) < nverts or len(old[1]) < nfaces or (values and old[3] is None):
+            grow = lambda n, have: max(n, int(have * 1.5))  # noqa: E731 - by half again, as the GL buffers
+            nv = grow(nverts, 0 if old is None else len(old[0]))
+            nf = grow(nfaces, 0 if old is None else len(old[1]))
+            self._soft_mesh = (cp.empty((nv, 3), cp.float32), cp.empty((nf, 3), cp.int32),
+                               cp.empty((nv, 3), cp.float32), cp.empty(nv, cp.float32) if values else None)
+        v, f, n, s = self._soft_mesh
+        return v[:nverts], f[:nfaces], n[:nverts], (s[:nverts] if values else None)
+
     def draw(self, nfaces: int, *, values: bool = False, camera: Camera | None = None, bounds=None,
              colormap: str = "viridis", vmin: float | None = None, vmax: float | None = None,
              color: Sequence[float] = (0.8, 0.8, 0.8), material: Material | None = None,
              light: Sequence[float] | None = None, background: Sequence[float] = (0.0, 0.0, 0.0, 0.0),
              device: bool = False):
         """Draw the first `nfaces` triangles already in the buffers; returns ``(rgba, depth)``
-        (CuPy arrays, read through interop, when `device`)."""
+        (CuPy arrays, read through interop, when `device`). On the software path the
+        mesh is the one :meth:`mesh_buffers` handed out last."""
+        kw = dict(values=values, camera=camera, bounds=bounds, colormap=colormap, vmin=vmin, vmax=vmax, color=color,
+                  material=material, light=light, background=background)
+        if self.rasterizer != "gl" and (device or self.rasterizer == "software"):
+            if self._soft_mesh is None:
+                raise RuntimeError("draw: no mesh yet (fill the arrays of mesh_buffers first)")
+            if nfaces > len(self._soft_mesh[1]):
+                raise ValueError(f"draw: {nfaces} triangles, but mesh_buffers holds {len(self._soft_mesh[1])}")
+            return self._raster(self._soft_mesh, nfaces, **kw)
         from OpenGL import GL
 
         self.ctx.make_current()
@@ -296,7 +389,10 @@ class SurfaceRenderer:
         if nfaces and bounds is not None:
             cam = camera or Camera.fit(bounds)
             near, far = cam.clip_range(bounds)
-            self._draw(GL, nfaces, values, cam, near, far, colormap, vmin, vmax, color, material, light)
+            params = _frame_params(cam, self.width, self.height, near, far, values=values, colormap=colormap,
+                                   vmin=vmin, vmax=vmax, color=color, material=material, light=light,
+                                   background=background)
+            self._draw(GL, nfaces, values, cam, params)
         if device:
             return self._read_device()
         rgba, depth = self.fb.read()
@@ -313,7 +409,7 @@ class SurfaceRenderer:
         depth = cp.ascontiguousarray(self._textures[1].read()[::-1])
         return rgba, depth
 
-    def _draw(self, GL, nfaces, values, cam, near, far, cmap, vmin, vmax, color, material, light):
+    def _draw(self, GL, nfaces, values, cam, params):
         GL.glUseProgram(self.program)
         GL.glBindVertexArray(self.vao)
         for slot, width, used in ((0, 3, True), (1, 3, True), (2, 1, values)):
@@ -328,27 +424,23 @@ class SurfaceRenderer:
             _raw_attrib_pointer(slot, width, GL.GL_FLOAT, GL.GL_FALSE, 0, ctypes.c_void_p(0))
         GL.glBindBuffer(GL.GL_ELEMENT_ARRAY_BUFFER, self.buffers[3])
         loc = lambda name: GL.glGetUniformLocation(self.program, name)  # noqa: E731
-        view = cam.view_matrix()
-        GL.glUniformMatrix4fv(loc("view"), 1, GL.GL_TRUE, view.astype(np.float32))
+        p = params
+        GL.glUniformMatrix4fv(loc("view"), 1, GL.GL_TRUE, cam.view_matrix().astype(np.float32))
         GL.glUniformMatrix4fv(loc("proj"), 1, GL.GL_TRUE,
-                              cam.projection_matrix(self.width, self.height, near, far).astype(np.float32))
-        to_light = np.asarray(light if light is not None else -cam.forward, np.float64)  # default: headlight
-        if to_light.shape != (3,) or not np.isfinite(to_light).all() or not to_light.any():
-            raise ValueError(f"light: expected a non-zero direction (3 values), got {light}")
-        eye_light = view[:3, :3] @ (to_light / np.linalg.norm(to_light))
-        GL.glUniform3f(loc("light"), *eye_light)
-        GL.glUniform4f(loc("k"), material.ambient, material.diffuse, material.specular, material.shininess)
-        GL.glUniform4f(loc("color"), *(list(color)[:3] + [1.0]))
+                              cam.projection_matrix(self.width, self.height, p["near"], p["far"]).astype(np.float32))
+        GL.glUniform3f(loc("light"), *p["light"])
+        GL.glUniform4f(loc("k"), p["ambient"], p["diffuse"], p["specular"], p["shininess"])
+        GL.glUniform4f(loc("color"), *(p["color"] + [1.0]))
         GL.glUniform1i(loc("use_cmap"), int(values))
         if values:
-            vmin = 0.0 if vmin is None else float(vmin)
-            vmax = vmin + 1.0 if vmax is None or not vmax > vmin else float(vmax)  # constant: first colour
+            from .colormap import NAMES
+
             GL.glActiveTexture(GL.GL_TEXTURE0)
-            nc = self._colormap(GL, cmap)
+            nc = self._colormap(GL, NAMES[p["cmap"]])
             GL.glBindTexture(GL.GL_TEXTURE_2D, self.cmap_texture)
             GL.glUniform1i(loc("cmap"), 0)
             GL.glUniform1f(loc("cmap_n"), float(nc))
-            GL.glUniform2f(loc("vrange"), vmin, vmax)
+            GL.glUniform2f(loc("vrange"), p["vmin"], p["vmin"] + 1.0 / p["vscale"])
         GL.glEnable(GL.GL_DEPTH_TEST)
         GL.glDepthFunc(GL.GL_LESS)
         GL.glDisable(GL.GL_CULL_FACE)
@@ -356,6 +448,9 @@ class SurfaceRenderer:
         GL.glBindVertexArray(0)
 
     def close(self) -> None:
+        self._soft_mesh = None
+        if self.ctx is None:
+            return
         from OpenGL import GL
 
         self.ctx.make_current()
@@ -369,7 +464,8 @@ class SurfaceRenderer:
         GL.glDeleteProgram(self.program)
 
 
-def render_mesh(verts, faces, normals, values=None, *, width: int = 512, height: int = 512, **kwargs):
+def render_mesh(verts, faces, normals, values=None, *, width: int = 512, height: int = 512, rasterizer: str = "auto",
+                **kwargs):
     """Render a triangle mesh offscreen.
 
     Parameters
@@ -381,6 +477,8 @@ def render_mesh(verts, faces, normals, values=None, *, width: int = 512, height:
         range); without it the mesh is `color`.
     width, height : int
         Image size in pixels (up to the GL limit).
+    rasterizer : {"auto", "gl", "software"}
+        OpenGL or render/raster's kernels; ``"auto"``: software for CuPy meshes.
     camera : Camera, optional
         Default: :meth:`Camera.fit` to the mesh's bounds (or `bounds`).
     material, light, background
@@ -394,7 +492,7 @@ def render_mesh(verts, faces, normals, values=None, *, width: int = 512, height:
     depth : (height, width) float32
         Distance along the view direction, ``inf`` on the background.
     """
-    r = SurfaceRenderer(width, height)
+    r = SurfaceRenderer(width, height, rasterizer)
     try:
         return r.render(verts, faces, normals, values, **kwargs)
     finally:

@@ -13,6 +13,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(ROOT, "tests", "golden")
 
 
+@pytest.fixture(params=["gl", "software"])
+def rasterizer(request):
+    """Both rasterizers must pass the same analytic checks (software: Numba here)."""
+    return request.param
+
+
 def uv_sphere(n=256, m=128, r=1.0, centre=(0.0, 0.0, 0.0)):
     """A fine UV sphere with exact normals."""
     th = np.linspace(0, np.pi, m + 1)
@@ -37,11 +43,11 @@ def sphere_hits(cam, w, h, r=1.0):
     return hit, p / r, t * (d @ cam.forward)
 
 
-def test_sphere_covers_the_projected_disk_and_depth_is_distance():
+def test_sphere_covers_the_projected_disk_and_depth_is_distance(rasterizer):
     v, f, n = uv_sphere()
     w, h = 400, 300
     cam = Camera((0, 0, 4), (0, 0, 0), fov=40)
-    rgba, depth = render_mesh(v, f, n, width=w, height=h, camera=cam)
+    rgba, depth = render_mesh(v, f, n, width=w, height=h, camera=cam, rasterizer=rasterizer)
     radius_px = math.tan(math.asin(1 / 4)) / math.tan(math.radians(20)) * h / 2
     covered = (rgba[..., 3] > 0.5).sum()
     assert covered == pytest.approx(math.pi * radius_px ** 2, rel=0.01)
@@ -51,12 +57,12 @@ def test_sphere_covers_the_projected_disk_and_depth_is_distance():
     assert np.isinf(depth[~hit & (rgba[..., 3] == 0)]).all()
 
 
-def test_diffuse_shading_follows_lambert():
+def test_diffuse_shading_follows_lambert(rasterizer):
     v, f, n = uv_sphere()
     w = h = 256
     cam = Camera((0, 0, 5), (0, 0, 0), fov=30)
     light = np.array([1.0, 1.0, 1.0]) / math.sqrt(3)
-    rgba, _ = render_mesh(v, f, n, width=w, height=h, camera=cam, color=(1, 1, 1), light=light,
+    rgba, _ = render_mesh(v, f, n, width=w, height=h, camera=cam, color=(1, 1, 1), light=light, rasterizer=rasterizer,
                           material=Material(ambient=0.1, diffuse=0.8, specular=0.0))
     hit, normal, _ = sphere_hits(cam, w, h)
     expect = 0.1 + 0.8 * np.clip(normal @ light, 0, None)
@@ -67,11 +73,11 @@ def test_diffuse_shading_follows_lambert():
     assert np.percentile(err, 99) < 3 / 255 and err.max() < 6 / 255
 
 
-def test_specular_highlight_sits_at_the_half_vector():
+def test_specular_highlight_sits_at_the_half_vector(rasterizer):
     v, f, n = uv_sphere()
     w = h = 256
     cam = Camera((0, 0, 5), (0, 0, 0), fov=30)
-    rgba, _ = render_mesh(v, f, n, width=w, height=h, camera=cam, color=(0, 0, 0), light=(0, 1, 1),
+    rgba, _ = render_mesh(v, f, n, width=w, height=h, camera=cam, color=(0, 0, 0), light=(0, 1, 1), rasterizer=rasterizer,
                           material=Material(ambient=0.0, diffuse=0.0, specular=1.0, shininess=50))
     hit, normal, _ = sphere_hits(cam, w, h)
     r, c = np.unravel_index(np.argmax(rgba[..., 0]), rgba.shape[:2])
@@ -80,7 +86,7 @@ def test_specular_highlight_sits_at_the_half_vector():
     assert np.degrees(np.arccos(normal[r, c] @ half)) < 4  # perspective moves it a little
 
 
-def test_colormap_ends():
+def test_colormap_ends(rasterizer):
     from render.colormap import colormap
 
     quad = np.array([[-1, -1, 0], [1, -1, 0], [1, 1, 0], [-1, 1, 0]], np.float32)
@@ -90,17 +96,19 @@ def test_colormap_ends():
     flat = Material(ambient=1.0, diffuse=0.0, specular=0.0)
     for value, end in ((2.0, 0), (7.0, -1)):
         rgba, _ = render_mesh(quad, faces, normals, np.full(4, value, np.float32), width=32, height=32,
-                              camera=cam, colormap="viridis", vmin=2.0, vmax=7.0, material=flat)
+                              camera=cam, colormap="viridis", vmin=2.0, vmax=7.0, material=flat, rasterizer=rasterizer)
         want = colormap("viridis", np.array([0.0, 1.0]), 0.0, 1.0)[end, :3]
         np.testing.assert_allclose(rgba[16, 16, :3], want, atol=1.5 / 255)
 
 
 def test_empty_mesh_gives_the_background_and_sizes_are_checked():
     bg = (0.1, 0.2, 0.3, 1.0)
-    rgba, depth = render_mesh(np.zeros((0, 3), np.float32), np.zeros((0, 3), np.int32),
-                              np.zeros((0, 3), np.float32), width=16, height=8, background=bg)
-    np.testing.assert_allclose(rgba, np.broadcast_to(bg, (8, 16, 4)), atol=1 / 255)
-    assert np.isinf(depth).all()
+    for rasterizer in ("gl", "software"):
+        rgba, depth = render_mesh(np.zeros((0, 3), np.float32), np.zeros((0, 3), np.int32),
+                                  np.zeros((0, 3), np.float32), width=16, height=8, background=bg,
+                                  rasterizer=rasterizer)
+        np.testing.assert_allclose(rgba, np.broadcast_to(bg, (8, 16, 4)), atol=1 / 255)
+        assert np.isinf(depth).all()
     with pytest.raises(ValueError, match=r"image size 100000x10 exceeds this OpenGL's limit"):
         render_mesh(*uv_sphere(8, 4), width=100000, height=10)
     with pytest.raises(ValueError, match="image size: expected positive integers"):

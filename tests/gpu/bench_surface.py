@@ -1,11 +1,12 @@
-"""Benchmark: rasterizing marching-cubes surfaces through CUDA-GL interop.
+"""Benchmark: rasterizing marching-cubes surfaces, OpenGL (CUDA-GL interop) against the
+CUDA software rasterizer.
 
-    python tests/gpu/bench_surface.py --n 545 1358 --size 1024 2048 [--md FILE]
+    python tests/gpu/bench_surface.py --n 545 1358 --size 1024 2048 [--rasterizer gl software] [--md FILE]
 
 The Mandelbulb isosurface at n^3 (545 -> ~10 M triangles, 1358 -> ~100 M) is written by
-marching cubes straight into the renderer's GL buffers; then each frame is drawn with a
-new camera angle and read back into CuPy arrays (colour and depth), median of 10 wall
-times (glFinish and a device sync included).
+marching cubes straight into the renderer's mesh buffers (GL buffers for "gl", CuPy
+arrays for "software"); then each frame is drawn with a new camera angle into CuPy arrays
+(colour and depth), median of 10 wall times (glFinish and a device sync included).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, nargs="+", default=[545, 1358])
     ap.add_argument("--size", type=int, nargs="+", default=[1024, 2048])
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--rasterizer", nargs="+", default=["gl", "software"], choices=["gl", "software"])
     ap.add_argument("--md")
     args = ap.parse_args(argv)
     import cupy as cp
@@ -46,12 +48,12 @@ def main(argv=None) -> int:
         vol = mandelbulb(n, xp=cp)
         h = 2.4 / (n - 1)
         geo = dict(spacing=(h, h, h), origin=(-1.2,) * 3)
-        for size in args.size:
-            r = SurfaceRenderer(size, size)
-            assert r.interop, r.ctx
-            v, f, _ = marching_cubes(vol, 11.0, **geo)  # sizes only
-            nv, nf = len(v), len(f)
-            del v, f
+        v, f, _ = marching_cubes(vol, 11.0, **geo)  # sizes only
+        nv, nf = len(v), len(f)
+        del v, f
+        for size, rast in [(s, k) for s in args.size for k in args.rasterizer]:
+            r = SurfaceRenderer(size, size, rast)
+            assert rast != "gl" or r.interop, r.ctx
             t0 = time.perf_counter()
             with r.mesh_buffers(nv, nf) as (bv, bf, bn, _):
                 marching_cubes(vol, 11.0, out=(bv, bf, bn), **geo)
@@ -63,25 +65,30 @@ def main(argv=None) -> int:
                 cam = Camera.fit(box, azimuth=10 * k, elevation=20)
                 t = time.perf_counter()
                 rgba, depth = r.draw(nf, camera=cam, bounds=box, device=True)
-                GL.glFinish()
+                if rast == "gl":
+                    GL.glFinish()
                 cp.cuda.runtime.deviceSynchronize()
                 times.append(time.perf_counter() - t)
             cover = float((rgba[..., 3] > 0).mean())
-            rows.append((n, nf, size, t_mc, float(np.median(times[1:])), cover))
+            rows.append((n, nf, size, rast, t_mc, float(np.median(times[1:])), cover))
             print(rows[-1], flush=True)
             r.close()
         del vol
         cp.get_default_memory_pool().free_all_blocks()
     dev = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    out = ["### Surface rendering, GPU: Mandelbulb isosurfaces through CUDA-GL interop", "",
-           f"Device: {dev} (OpenGL {r.ctx.renderer}, {r.ctx.platform}); date {datetime.date.today()}; "
+    from render.gl import get_context
+
+    ctx = get_context() if "gl" in args.rasterizer else None
+    gl = f" (OpenGL {ctx.renderer}, {ctx.platform})" if ctx else ""
+    out = ["### Surface rendering, GPU: Mandelbulb isosurfaces, OpenGL (interop) vs CUDA software rasterizer", "",
+           f"Device: {dev}{gl}; date {datetime.date.today()}; "
            f"commit {commit()}; command `python tests/gpu/bench_surface.py --n {' '.join(map(str, args.n))} "
-           f"--size {' '.join(map(str, args.size))}`. Median of {args.reps} frames (draw + colour and depth into "
-           "CuPy arrays, synchronized).", "",
-           "| volume | triangles | image | marching cubes into GL buffers, ms | frame, ms | Mtriangles/s | "
-           "pixels covered |", "| --- | ---: | --- | ---: | ---: | ---: | ---: |"]
-    out += [f"| {n}^3 | {nf} | {s}^2 | {tm * 1e3:.1f} | {t * 1e3:.2f} | {nf / t / 1e6:.0f} | {c:.0%} |"
-            for n, nf, s, tm, t, c in rows]
+           f"--size {' '.join(map(str, args.size))} --rasterizer {' '.join(args.rasterizer)}`. Median of "
+           f"{args.reps} frames (draw + colour and depth into CuPy arrays, synchronized).", "",
+           "| volume | triangles | image | rasterizer | marching cubes into mesh buffers, ms | frame, ms | "
+           "Mtriangles/s | pixels covered |", "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
+    out += [f"| {n}^3 | {nf} | {s}^2 | {k} | {tm * 1e3:.1f} | {t * 1e3:.2f} | {nf / t / 1e6:.0f} | {c:.0%} |"
+            for n, nf, s, k, tm, t, c in rows]
     text = "\n".join(out) + "\n"
     emit(text, args.md)
     return 0

@@ -1,0 +1,103 @@
+"""The software rasterizer (render/raster, Numba here) against OpenGL (Mesa llvmpipe) and
+geometry: the same image, no cracks between triangles, near-plane clipping, large
+triangles."""
+
+import numpy as np
+import pytest
+
+from render.camera import Camera
+from render.contour import marching_cubes
+from render.surface import SurfaceRenderer, render_mesh
+from test_surface import uv_sphere
+
+
+def torus(n=48):
+    x = np.linspace(-1, 1, n)
+    X, Y, Z = np.meshgrid(x, x, x, indexing="ij")
+    vol = (np.sqrt(X ** 2 + Y ** 2) - 0.55) ** 2 + Z ** 2
+    h = 2 / (n - 1)
+    return marching_cubes(vol, 0.06, spacing=(h, h, h), origin=(-1, -1, -1), values=X + Z)
+
+
+def both(*mesh, **kw):
+    return [render_mesh(*mesh, rasterizer=r, **kw) for r in ("gl", "software")]
+
+
+def assert_same_image(a, b, frac=0.999):
+    diff = np.abs(a[0] - b[0]).max(axis=2)
+    assert (diff <= 1.01 / 255).mean() >= frac, f"{(diff > 1.01 / 255).sum()} pixels differ"
+    hit = np.isfinite(a[1]) & np.isfinite(b[1])
+    np.testing.assert_allclose(b[1][hit], a[1][hit], rtol=1e-4)
+
+
+@pytest.mark.parametrize("azimuth,elevation,cmap", [(30, 35, "viridis"), (-70, 10, "plasma"), (150, -60, "coolwarm")])
+def test_software_image_equals_opengl(azimuth, elevation, cmap):
+    cam = Camera.fit((-1, 1, -1, 1, -1, 1), azimuth=azimuth, elevation=elevation)
+    gl, sw = both(*torus(), width=320, height=240, camera=cam, colormap=cmap, vmin=-1.5, vmax=1.5)
+    assert (gl[0][..., 3] > 0).sum() > 5000
+    assert_same_image(gl, sw)
+
+
+def test_no_cracks_between_triangles():
+    # A square cut into many triangles with jittered inner vertices covers exactly the
+    # pixels of the same square drawn as two triangles: shared edges neither drop nor
+    # add a pixel, whatever the rounding.
+    rng = np.random.default_rng(3)
+    m = 40
+    u = np.linspace(-1, 1, m + 1)
+    X, Y = np.meshgrid(u, u, indexing="ij")
+    jit = rng.uniform(-0.4, 0.4, (2, m + 1, m + 1)) * (2 / m)
+    inner = np.zeros((m + 1, m + 1), bool)
+    inner[1:-1, 1:-1] = True
+    X, Y = X + jit[0] * inner, Y + jit[1] * inner
+    verts = np.stack([X.ravel(), Y.ravel(), np.zeros(X.size)], 1).astype(np.float32)
+    i, j = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
+    a = i * (m + 1) + j
+    b, c, d = a + 1, a + m + 1, a + m + 2
+    faces = np.concatenate([np.stack([a, b, d], -1).reshape(-1, 3), np.stack([a, d, c], -1).reshape(-1, 3)])
+    normals = np.tile(np.float32([0, 0, 1]), (len(verts), 1))
+    quad = np.float32([[-1, -1, 0], [1, -1, 0], [1, 1, 0], [-1, 1, 0]])
+    cam = Camera((0.3, -0.2, 3.0), (0.05, 0.02, 0.0), fov=40)
+    kw = dict(width=257, height=191, camera=cam, rasterizer="software")
+    fine, _ = render_mesh(verts, faces.astype(np.int32), normals, **kw)
+    coarse, _ = render_mesh(quad, np.int32([[0, 1, 2], [0, 2, 3]]), normals[:4], **kw)
+    assert (coarse[..., 3] > 0).sum() > 10000
+    np.testing.assert_array_equal(fine[..., 3] > 0, coarse[..., 3] > 0)
+
+
+def test_near_plane_cuts_the_mesh_as_opengl_does():
+    # The near plane slices the front of the sphere: both rasterizers show its inside.
+    v, f, n = uv_sphere()
+    cam = Camera((0, 0, 4), (0, 0, 0), fov=40, near=3.5, far=10.0)
+    gl, sw = both(v, f, n, width=200, height=150, camera=cam)
+    assert np.nanmin(np.where(np.isfinite(sw[1]), sw[1], np.nan)) >= 3.5
+    assert (np.isfinite(sw[1]) & (sw[1] > 4.0)).sum() > 1000  # the far half, seen through the cut
+    assert_same_image(gl, sw, frac=0.995)
+
+
+def test_camera_inside_the_mesh():
+    # Vertices behind the eye: triangles are clipped at the near plane, not wrapped round.
+    v, f, n = uv_sphere(r=3.0)
+    cam = Camera((0, 0, 0.5), (0, 0, -1), fov=60, near=0.1, far=10.0)
+    gl, sw = both(v, f, n, width=160, height=120, camera=cam)
+    assert np.isfinite(sw[1]).all()  # the sphere surrounds the eye: every pixel is covered
+    assert_same_image(gl, sw, frac=0.995)
+
+
+def test_screen_filling_triangles_and_plane_depth():
+    # Two triangles larger than the view: every pixel, depth of the plane z = 0 from z = 2.
+    quad = np.float32([[-50, -50, 0], [50, -50, 0], [50, 50, 0], [-50, 50, 0]])
+    normals = np.tile(np.float32([0, 0, 1]), (4, 1))
+    cam = Camera((0, 0, 2), (0, 0, 0), fov=50, near=0.5, far=5.0)
+    rgba, depth = render_mesh(quad, np.int32([[0, 1, 2], [0, 2, 3]]), normals, width=300, height=200, camera=cam,
+                              rasterizer="software")
+    assert (rgba[..., 3] == 1).all()
+    np.testing.assert_allclose(depth, 2.0, rtol=1e-6)
+
+
+def test_rasterizer_name_is_checked():
+    with pytest.raises(ValueError, match="rasterizer: expected one of auto, gl, software, got 'vulkan'"):
+        SurfaceRenderer(8, 8, "vulkan")
+    with pytest.raises(ValueError, match="colormap name"):
+        render_mesh(*uv_sphere(8, 4), np.zeros(8 * 5, np.float32), width=8, height=8, colormap="nope",
+                    rasterizer="software")
