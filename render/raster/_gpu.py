@@ -34,7 +34,7 @@ WARP_BOX = 32
 
 def _tables() -> str:
     vals = np.concatenate([table(n).ravel() for n in NAMES])
-    body = ",".join(f"{x:.9g}f" for x in vals)
+    body = ",".join(f"{x:.9e}f" for x in vals)  # always a valid float literal (no "0f")
     return f"__device__ const float CMAPS[{len(vals)}] = {{{body}}};\n"
 
 
