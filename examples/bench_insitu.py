@@ -13,9 +13,10 @@ composited across ranks and streamed out over ADIOS2 SST (no reader: frames are
 dropped after they are written). Stages are timed with CUDA events (``profile: true``
 in the adaptor, ``StageTimer`` around the solver and the hand-off); each stage is set
 against its floor: the bytes it must move over the device-to-device copy bandwidth
-measured in the same run. ``--hand-off float64 float32`` measures both ways of handing
-the travel time over (the clamped copy kept in float64, or written as float32, which
-halves what the contour reads).
+measured in the same run. ``--hand-off float64 float32 fused`` measures the ways of
+handing the travel time over: a clamped copy made after the step in float64 or float32
+(which halves what the contour reads), or ``fused``: the float32 clamped copy written by
+the solver's last sweep itself (:meth:`EikonalSolver.display_copy`).
 
 ``mandelbulb`` (Table 3): marching cubes of the Mandelbulb field at level 11, split
 along x over the ranks with one ghost layer. ``volume`` (Tables 5-6): ray casting of the
@@ -171,8 +172,8 @@ def insitu(b: Bench) -> None:
                                    local_iters=1, slowness=slowness, precision=precision)
             for _ in range(warm):  # a front well inside the box
                 solver.step()
-            for dtype in args.hand_off:
-                rows.append(_insitu_run(b, dom, solver, speed, mine, iso, dims, np.dtype(dtype), floors))
+            for mode in sorted(args.hand_off, key=lambda m: m == "fused"):  # fused last: it stays on
+                rows.append(_insitu_run(b, dom, solver, speed, mine, iso, dims, mode, floors))
             solver.close()
             solver = None
             if b.gpu:
@@ -205,20 +206,24 @@ def insitu(b: Bench) -> None:
     b.emit(head + table)
 
 
-def _insitu_run(b: Bench, dom, solver, speed, mine, iso, dims, dtype, floors) -> dict:
+def _insitu_run(b: Bench, dom, solver, speed, mine, iso, dims, mode: str, floors) -> dict:
     from render.contour import marching_cubes
 
     args, xp = b.args, b.xp
     w, hgt = args.size
-    shown = {g: xp.empty(dom.block(g).padded_shape, dtype) for g in mine}
+    fused = mode == "fused"
+    dtype = np.dtype(np.float32 if fused else mode)
+    # Unreached nodes are +inf: clamped to a time beyond the iso value, either by the
+    # solver's last sweep (fused: EikonalSolver.display_copy) or by a pass of our own,
+    # straight into the buffer the adaptor gets (no further copy).
+    shown = solver.display_copy(clip=10.0) if fused else {g: xp.empty(dom.block(g).padded_shape, dtype) for g in mine}
 
     def hand_off():
         meshes = []
         for g in mine:
             blk = dom.block(g)
-            # Unreached nodes are +inf: clamp to a time beyond the iso value, written
-            # straight into the buffer the adaptor gets (no further copy).
-            xp.minimum(solver.blocks[g], 10.0, out=shown[g])
+            if not fused:
+                xp.minimum(solver.blocks[g], 10.0, out=shown[g])
             ghost = tuple((1, 1 if hi == n else 0) for hi, n in zip(blk.hi, dims))
             origin = [o + (lo - 1) * s for o, lo, s in zip(dom.origin, blk.lo, dom.spacing)]
             meshes.append(adaptors.uniform({"T": shown[g], "speed": speed[g]}, origin=origin, spacing=dom.spacing,
@@ -275,7 +280,8 @@ def _insitu_run(b: Bench, dom, solver, speed, mine, iso, dims, dtype, floors) ->
     t_item, w_item = np.dtype(solver.precision).itemsize, np.dtype(solver.slowness).itemsize
     slowness = f"{solver.precision}, {solver.slowness}"
     ghost_bytes = ghost_bytes * t_item // 8
-    moved = {"halo": ghost_bytes, "eikonal": (2 * t_item + w_item + 1) * nodes, "handoff": (t_item + item) * nodes, "contour": item * nodes,
+    moved = {"halo": ghost_bytes, "eikonal": (2 * t_item + w_item + 1 + (item if fused else 0)) * nodes,
+             "handoff": 0 if fused else (t_item + item) * nodes, "contour": item * nodes,
              "render": (tris * 12 + verts * 28) // max(b.size, 1) + w * hgt * 8,
              "composite": w * hgt * 20}
     for stage in STAGES:
@@ -286,9 +292,9 @@ def _insitu_run(b: Bench, dom, solver, speed, mine, iso, dims, dtype, floors) ->
         else:
             nbytes = moved.get(stage, 0)
             floor = nbytes / b.copy_bw
-        floors.append((grid, slowness, str(dtype), stage, t, nbytes, floor))
+        floors.append((grid, slowness, mode, stage, t, nbytes, floor))
     shown.clear()  # the buffers go back to the pool before the next run
-    return {"grid": grid, "slowness": slowness, "dtype": str(dtype), "triangles": tris, "iteration": med["iteration"],
+    return {"grid": grid, "slowness": slowness, "dtype": mode, "triangles": tris, "iteration": med["iteration"],
             "stages": med, "other": other}
 
 
@@ -390,7 +396,7 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--hand-off", nargs="+", default=["float64"], choices=("float64", "float32"))
+    ap.add_argument("--hand-off", nargs="+", default=["float64"], choices=("float64", "float32", "fused"))
     ap.add_argument("--slowness", nargs="+", default=["float64"], choices=("float64", "float32"),
                     help="insitu: how the eikonal solver keeps 1/speed")
     ap.add_argument("--precision", nargs="+", default=["float64"], choices=("float64", "float32"),

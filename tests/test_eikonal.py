@@ -236,3 +236,21 @@ def test_the_float32_gpu_kernel_is_derived_from_the_float64_one():
 
     for old, new in _gpu._T32_EDITS:
         assert _gpu._SOURCE.count(old) == 1, old
+
+
+def test_display_copy_follows_every_step():
+    # float32 min(T, clip) of each padded block, current after every step (written by the
+    # sweep on the GPU; tests/gpu checks that path against the same expectation).
+    from solvers.eikonal.speed import random_smooth
+
+    dom = Domain.create((22, 20, 18), blocks=(2, 1, 1), spacing=(0.05, 0.05, 0.05))
+    s = EikonalSolver(dom, random_smooth(seed=5), [(4, 5, 6)], local_iters=2)
+    views = s.display_copy(clip=0.3)
+    for _ in range(4):
+        for g, v in views.items():
+            assert v.dtype == np.float32 and v.shape == s.blocks[g].shape
+            np.testing.assert_array_equal(v, np.minimum(s.blocks[g], 0.3).astype(np.float32))
+        s.step()
+    assert any(np.isinf(b).any() for b in s.blocks.values())  # clip had something to do
+    with pytest.raises(ValueError, match="display_copy clip must be a number, got nan"):
+        s.display_copy(clip=float("nan"))

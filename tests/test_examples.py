@@ -147,7 +147,7 @@ def test_end_to_end_benchmark_runs_and_its_meshes_do_not_depend_on_the_ranks(mpi
     for n in (1, 2):
         md = tmp_path / f"r{n}.md"
         p = mpi(n, script, "insitu", "--n", 20, "--size", 48, 40, "--iters", 2, "--warmup", 1,
-                "--hand-off", "float64", "float32", "--slowness", "float32", "--tmp", tmp_path, "--md", md,
+                "--hand-off", "float64", "float32", "fused", "--slowness", "float32", "--tmp", tmp_path, "--md", md,
                 env={"NUMBA_NUM_THREADS": "1"})
         assert p.returncode == 0, p.stdout + p.stderr[-3000:]
         q = mpi(n, script, "mandelbulb", "--n", 24, "--reps", 1, "--md", md, env={"NUMBA_NUM_THREADS": "1"})
@@ -155,7 +155,7 @@ def test_end_to_end_benchmark_runs_and_its_meshes_do_not_depend_on_the_ranks(mpi
         text = md.read_text()
         rows = _table_rows(text, "20^3 | ")
         stage_rows = [r for r in rows if len(r) == 15]
-        assert [(r[2], r[3]) for r in stage_rows] == [("float64, float32", "float64"), ("float64, float32", "float32")]
+        assert [(r[2], r[3]) for r in stage_rows] == [("float64, float32", m) for m in ("float64", "float32", "fused")]
         assert all(float(c) >= 0 for r in stage_rows for c in r[5:])
         faces[n] = ([int(r[4]) for r in stage_rows], [int(r[2]) for r in _table_rows(text, "24^3 | ")])
         assert len({r[3] for r in rows if len(r) == 8}) == 8  # every stage set against its floor

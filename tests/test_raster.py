@@ -27,7 +27,9 @@ def assert_same_image(a, b, frac=0.999):
     diff = np.abs(a[0] - b[0]).max(axis=2)
     assert (diff <= 1.01 / 255).mean() >= frac, f"{(diff > 1.01 / 255).sum()} pixels differ"
     hit = np.isfinite(a[1]) & np.isfinite(b[1])
-    np.testing.assert_allclose(b[1][hit], a[1][hit], rtol=1e-4)
+    # Where two surfaces meet at a silhouette the two may pick different triangles.
+    close = np.abs(b[1][hit] - a[1][hit]) <= 1e-4 * np.abs(a[1][hit])
+    assert close.mean() >= frac, f"{(~close).sum()} depths differ"
 
 
 @pytest.mark.parametrize("azimuth,elevation,cmap", [(30, 35, "viridis"), (-70, 10, "plasma"), (150, -60, "coolwarm")])

@@ -25,6 +25,7 @@ API
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -41,7 +42,8 @@ _NO_PROFILE = StageTimer()
 __all__ = ["EikonalSolver", "Iterate", "seeds_from_fractions", "solve", "speed_models", "update_block"]
 
 
-def update_block(T, out, w, frozen, spacing: Sequence[float], *, iterations: int = 1):
+def update_block(T, out, w, frozen, spacing: Sequence[float], *, iterations: int = 1, view=None,
+                 clip: float = math.inf):
     """Run `iterations` Jacobi sweeps on one padded block, ping-ponging `T` and `out`.
 
     Parameters
@@ -55,6 +57,10 @@ def update_block(T, out, w, frozen, spacing: Sequence[float], *, iterations: int
         Seeds (never updated).
     spacing : (3,) floats
     iterations : int
+    view : (X, Y, Z) float32 array, optional
+        Receives ``min(T, clip)`` of the newest iterate (on the GPU written by the last
+        sweep itself, without reading T again).
+    clip : float
 
     Returns
     -------
@@ -69,8 +75,8 @@ def update_block(T, out, w, frozen, spacing: Sequence[float], *, iterations: int
         from . import _gpu
 
         change = cupy.zeros(1, cupy.uint64)
-        for _ in range(iterations):
-            _gpu.sweep(T, out, w, frozen, hx, hy, hz, change)
+        for it in range(iterations):
+            _gpu.sweep(T, out, w, frozen, hx, hy, hz, change, view if it == iterations - 1 else None, clip)
             T, out = out, T
         return T, out, change.view(cupy.float64)
     from . import _cpu
@@ -79,6 +85,8 @@ def update_block(T, out, w, frozen, spacing: Sequence[float], *, iterations: int
     for _ in range(iterations):
         change = max(change, float(_cpu.sweep(T, out, w, frozen, hx, hy, hz)))
         T, out = out, T
+    if view is not None:
+        np.minimum(T, clip, out=view, casting="same_kind")
     return T, out, change
 
 
@@ -138,6 +146,7 @@ class EikonalSolver:
         seed_idx = _seed_indices(seeds, domain.dims)
         self.iteration = 0
         self._T, self._out, self._w, self._frozen = {}, {}, {}, {}
+        self._views, self._clip = {}, math.inf
         g = domain.ghost
         for gid in domain.blocks_of(self.rank):
             b = domain.block(gid)
@@ -184,7 +193,8 @@ class EikonalSolver:
         for gid in self._T:
             # Seeds and ghosts are the same in both buffers after the first sweep.
             T, out, c = update_block(self._T[gid], self._out[gid], self._w[gid], self._frozen[gid],
-                                     self.spacing, iterations=self.local_iters)
+                                     self.spacing, iterations=self.local_iters, view=self._views.get(gid),
+                                     clip=self._clip)
             self._T[gid], self._out[gid] = T, out
             dev.append(c)
         if dev and self.xp is not np:
@@ -226,6 +236,32 @@ class EikonalSolver:
     def blocks(self) -> dict[int, Any]:
         """This rank's padded travel-time blocks."""
         return self._T
+
+    def display_copy(self, clip: float = math.inf) -> dict[int, Any]:
+        """float32 copies ``min(T, clip)`` of this rank's padded blocks, kept current by
+        every later :meth:`step`.
+
+        For handing the field to visualization: on the GPU the last sweep of each step
+        writes them while it stores T, so they cost 4 bytes per node of that sweep instead
+        of a separate pass reading T (12 bytes per node). A finite `clip` turns unreached
+        (+inf) nodes into values that contouring accepts.
+
+        Returns
+        -------
+        dict
+            Block id -> float32 array of the padded block's shape (same backend); do not
+            modify them.
+        """
+        clip = float(clip)
+        if math.isnan(clip):
+            raise ValueError("eikonal: display_copy clip must be a number, got nan")
+        self._clip = clip
+        for gid, T in self._T.items():
+            ns = arrays.get_array_module(T)
+            if gid not in self._views:
+                self._views[gid] = ns.empty(T.shape, ns.float32)
+            self._views[gid][...] = ns.minimum(T, clip)  # once; later steps write it in the sweep
+        return dict(self._views)
 
     def gather(self, root: int = 0):
         """The global travel time at `root` (NumPy; ``None`` elsewhere). Copies to the host."""

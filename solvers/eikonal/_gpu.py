@@ -5,21 +5,20 @@ from __future__ import annotations
 import functools
 
 _SOURCE = r"""
-__device__ __forceinline__ double godunov(double a, double b, double c,
-                                          double ha, double hb, double hc, double w)
+__device__ __forceinline__ double godunov(double a, double b, double c, double ha, double hb, double hc,
+                                          double pa, double pb, double pc, double w)
 {
+    // p = 1 / h^2 comes in precomputed: double divisions are the costliest instructions here.
     double t_, th;
-    if (a > b) { t_ = a; a = b; b = t_; th = ha; ha = hb; hb = th; }
-    if (b > c) { t_ = b; b = c; c = t_; th = hb; hb = hc; hc = th; }
-    if (a > b) { t_ = a; a = b; b = t_; th = ha; ha = hb; hb = th; }
+    if (a > b) { t_ = a; a = b; b = t_; th = ha; ha = hb; hb = th; th = pa; pa = pb; pb = th; }
+    if (b > c) { t_ = b; b = c; c = t_; th = hb; hb = hc; hc = th; th = pb; pb = pc; pc = th; }
+    if (a > b) { t_ = a; a = b; b = t_; th = ha; ha = hb; hb = th; th = pa; pa = pb; pb = th; }
     if (isinf(a)) return a;
     double t = a + ha * w;
     if (t <= b) return t;
-    const double pa = 1.0 / (ha * ha), pb = 1.0 / (hb * hb);
     double A = pa + pb, B = a * pa + b * pb, C = a * a * pa + b * b * pb - w * w;
     t = (B + sqrt(fmax(B * B - A * C, 0.0))) / A;
     if (t <= c) return t;
-    const double pc = 1.0 / (hc * hc);
     A += pc; B += c * pc; C += c * c * pc;
     return (B + sqrt(fmax(B * B - A * C, 0.0))) / A;
 }
@@ -35,7 +34,9 @@ extern "C" __global__ void eikonal_sweep_f64(const double* __restrict__ T, doubl
                                              const unsigned char* __restrict__ frozen,
                                              const int nx, const int ny, const int nz,
                                              const double hx, const double hy, const double hz,
-                                             const int chunk, unsigned long long* maxchange)
+                                             const double px, const double py, const double pz,
+                                             const int chunk, unsigned long long* maxchange,
+                                             float* __restrict__ view, const double clip)
 {
     __shared__ double smax[256];  // blockDim.x * blockDim.y <= 256
     const long long sx = (long long)ny * nz, sy = nz;
@@ -51,13 +52,15 @@ extern "C" __global__ void eikonal_sweep_f64(const double* __restrict__ T, doubl
             const double tp = i + 1 < nx ? T[p + sx] : 0.0;
             if (edge || i == 0 || i == nx - 1 || frozen[p]) {
                 out[p] = t;  // seeds and the border (ghosts) are copied: the buffers can swap
+                if (view) view[p] = (float)fmin(t, clip);
             } else {
                 const double a = fmin(tm, tp);
                 const double b = fmin(T[p - sy], T[p + sy]);
                 const double c = fmin(T[p - 1], T[p + 1]);
-                const double nw = fmin(t, godunov(a, b, c, hx, hy, hz, w[p]));
+                const double nw = fmin(t, godunov(a, b, c, hx, hy, hz, px, py, pz, w[p]));
                 out[p] = nw;
                 if (nw < t) m = fmax(m, isinf(t) ? t : t - nw);  // t = +inf: an infinite change
+                if (view) view[p] = (float)fmin(nw, clip);  // the hand-off copy, while nw is in a register
             }
             tm = t;
             t = tp;
@@ -104,9 +107,10 @@ def _get_sweep_kernel(w32: bool = False, t32: bool = False):
     return cupy.RawKernel(src.replace("eikonal_sweep_f64(", name + "("), name)
 
 
-def sweep(T, out, w, frozen, hx, hy, hz, maxchange) -> None:
+def sweep(T, out, w, frozen, hx, hy, hz, maxchange, view=None, clip: float = float("inf")) -> None:
     """Enqueue one Jacobi sweep; fold the largest change into the device scalar `maxchange`
-    (uint64 view of a float64, reset by the caller)."""
+    (uint64 view of a float64, reset by the caller); also write ``min(out, clip)`` into the
+    float32 array `view` when given (the same pass, so no second read of `out`)."""
     import numpy as np
 
     nx, ny, nz = T.shape
@@ -121,4 +125,6 @@ def sweep(T, out, w, frozen, hx, hy, hz, maxchange) -> None:
         raise TypeError(f"eikonal: travel times must be float64 or float32 (both buffers), got {T.dtype}, {out.dtype}")
     kernel = _get_sweep_kernel(w.dtype == np.float32, T.dtype == np.float32)
     kernel(grid, tile, (T, out, w, frozen, np.int32(nx), np.int32(ny), np.int32(nz),
-                        np.float64(hx), np.float64(hy), np.float64(hz), np.int32(chunk), maxchange))
+                        np.float64(hx), np.float64(hy), np.float64(hz), np.float64(1.0 / (hx * hx)),
+                        np.float64(1.0 / (hy * hy)), np.float64(1.0 / (hz * hz)), np.int32(chunk), maxchange,
+                        view if view is not None else np.uintp(0), np.float64(clip)))

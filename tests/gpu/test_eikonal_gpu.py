@@ -86,3 +86,21 @@ def test_float32_travel_times_on_the_gpu_converge_to_the_cpu_answer():
     ref = solve(grid_speed(random_smooth(seed=2), shape, spacing), [(4, 5, 6)], spacing)
     np.testing.assert_allclose(insitu.to_host(out["gpu"]), out["cpu"], rtol=1e-5)
     np.testing.assert_allclose(out["cpu"], ref, rtol=1e-5)
+
+
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+def test_display_copy_is_written_by_the_sweep(precision):
+    shape, spacing = (40, 36, 44), (0.03, 0.035, 0.025)
+    dom = Domain.create(shape, blocks=(2, 1, 1), spacing=spacing)
+    s = EikonalSolver(dom, random_smooth(seed=2), [(4, 5, 6)], xp=cp, local_iters=3, precision=precision)
+    views = s.display_copy(clip=0.5)
+    seen_inf = False
+    for _ in range(6):
+        with insitu.count_transfers() as counted:
+            s.step()
+        assert counted.bytes <= 8  # the one scalar read of the global change, nothing else
+        for g, v in views.items():
+            assert isinstance(v, cp.ndarray) and v.dtype == cp.float32
+            cp.testing.assert_array_equal(v, cp.minimum(s.blocks[g], 0.5).astype(cp.float32))
+            seen_inf |= bool(cp.isinf(s.blocks[g]).any())
+    assert seen_inf
