@@ -9,31 +9,32 @@ import numpy as np
 
 
 @numba.njit(inline="always")
-def godunov(a, b, c, ha, hb, hc, pa, pb, pc, w):
+def godunov(a, b, c, ha, hb, hc, w):
     """Smallest T with sum over upwind axes of ((T - a_d) / h_d)^2 = w^2 (w = 1/speed).
 
-    a, b, c are the smaller neighbour value along each axis (inf if none); p_d = 1 / h_d^2
-    (precomputed: the GPU kernel's divisions cost most, and both backends round alike).
+    a, b, c are the smaller neighbour value along each axis (inf if none).
     """
     # Sort the three (value, spacing) pairs by value.
     if a > b:
-        a, b, ha, hb, pa, pb = b, a, hb, ha, pb, pa
+        a, b, ha, hb = b, a, hb, ha
     if b > c:
-        b, c, hb, hc, pb, pc = c, b, hc, hb, pc, pb
+        b, c, hb, hc = c, b, hc, hb
     if a > b:
-        a, b, ha, hb, pa, pb = b, a, hb, ha, pb, pa
+        a, b, ha, hb = b, a, hb, ha
     if a == math.inf:
         return math.inf
     t = a + ha * w
     if t <= b:
         return t
     # Two axes: (t - a)^2/ha^2 + (t - b)^2/hb^2 = w^2
+    pa, pb = 1.0 / (ha * ha), 1.0 / (hb * hb)
     A = pa + pb
     B = a * pa + b * pb
     C = a * a * pa + b * b * pb - w * w
     t = (B + math.sqrt(max(B * B - A * C, 0.0))) / A
     if t <= c:
         return t
+    pc = 1.0 / (hc * hc)
     A += pc
     B += c * pc
     C += c * c * pc
@@ -49,7 +50,6 @@ def sweep(T, out, w, frozen, hx, hy, hz):
     buffers can be swapped. Returns the largest change.
     """
     nx, ny, nz = T.shape
-    px, py, pz = 1.0 / (hx * hx), 1.0 / (hy * hy), 1.0 / (hz * hz)
     changes = np.zeros(nx, np.float64)
     for i in numba.prange(nx):
         m = 0.0
@@ -62,7 +62,7 @@ def sweep(T, out, w, frozen, hx, hy, hz):
                 a = min(T[i - 1, j, k], T[i + 1, j, k])
                 b = min(T[i, j - 1, k], T[i, j + 1, k])
                 c = min(T[i, j, k - 1], T[i, j, k + 1])
-                new = min(t, godunov(a, b, c, hx, hy, hz, px, py, pz, w[i, j, k]))
+                new = min(t, godunov(a, b, c, hx, hy, hz, w[i, j, k]))
                 out[i, j, k] = new
                 new = out[i, j, k]  # the stored value (float32 buffers round): a run ends when none moves
                 if new < t:

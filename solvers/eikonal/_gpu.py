@@ -5,20 +5,21 @@ from __future__ import annotations
 import functools
 
 _SOURCE = r"""
-__device__ __forceinline__ double godunov(double a, double b, double c, double ha, double hb, double hc,
-                                          double pa, double pb, double pc, double w)
+__device__ __forceinline__ double godunov(double a, double b, double c,
+                                          double ha, double hb, double hc, double w)
 {
-    // p = 1 / h^2 comes in precomputed: double divisions are the costliest instructions here.
     double t_, th;
-    if (a > b) { t_ = a; a = b; b = t_; th = ha; ha = hb; hb = th; th = pa; pa = pb; pb = th; }
-    if (b > c) { t_ = b; b = c; c = t_; th = hb; hb = hc; hc = th; th = pb; pb = pc; pc = th; }
-    if (a > b) { t_ = a; a = b; b = t_; th = ha; ha = hb; hb = th; th = pa; pa = pb; pb = th; }
+    if (a > b) { t_ = a; a = b; b = t_; th = ha; ha = hb; hb = th; }
+    if (b > c) { t_ = b; b = c; c = t_; th = hb; hb = hc; hc = th; }
+    if (a > b) { t_ = a; a = b; b = t_; th = ha; ha = hb; hb = th; }
     if (isinf(a)) return a;
     double t = a + ha * w;
     if (t <= b) return t;
+    const double pa = 1.0 / (ha * ha), pb = 1.0 / (hb * hb);
     double A = pa + pb, B = a * pa + b * pb, C = a * a * pa + b * b * pb - w * w;
     t = (B + sqrt(fmax(B * B - A * C, 0.0))) / A;
     if (t <= c) return t;
+    const double pc = 1.0 / (hc * hc);
     A += pc; B += c * pc; C += c * c * pc;
     return (B + sqrt(fmax(B * B - A * C, 0.0))) / A;
 }
@@ -34,7 +35,6 @@ extern "C" __global__ void eikonal_sweep_f64(const double* __restrict__ T, doubl
                                              const unsigned char* __restrict__ frozen,
                                              const int nx, const int ny, const int nz,
                                              const double hx, const double hy, const double hz,
-                                             const double px, const double py, const double pz,
                                              const int chunk, unsigned long long* maxchange,
                                              float* __restrict__ view, const double clip)
 {
@@ -57,7 +57,7 @@ extern "C" __global__ void eikonal_sweep_f64(const double* __restrict__ T, doubl
                 const double a = fmin(tm, tp);
                 const double b = fmin(T[p - sy], T[p + sy]);
                 const double c = fmin(T[p - 1], T[p + 1]);
-                const double nw = fmin(t, godunov(a, b, c, hx, hy, hz, px, py, pz, w[p]));
+                const double nw = fmin(t, godunov(a, b, c, hx, hy, hz, w[p]));
                 out[p] = nw;
                 if (nw < t) m = fmax(m, isinf(t) ? t : t - nw);  // t = +inf: an infinite change
                 if (view) view[p] = (float)fmin(nw, clip);  // the hand-off copy, while nw is in a register
@@ -107,24 +107,32 @@ def _get_sweep_kernel(w32: bool = False, t32: bool = False):
     return cupy.RawKernel(src.replace("eikonal_sweep_f64(", name + "("), name)
 
 
-def sweep(T, out, w, frozen, hx, hy, hz, maxchange, view=None, clip: float = float("inf")) -> None:
+#: Threads per block along (k, j): narrow in k, a power-of-two count for the block reduction.
+TILE = (32, 8)
+#: Planes per thread: enough threads at small sizes, long register streams at large.
+CHUNK = 32
+
+
+def sweep(T, out, w, frozen, hx, hy, hz, maxchange, view=None, clip: float = float("inf"), *,
+          tile: tuple[int, int] = TILE, chunk: int = CHUNK) -> None:
     """Enqueue one Jacobi sweep; fold the largest change into the device scalar `maxchange`
     (uint64 view of a float64, reset by the caller); also write ``min(out, clip)`` into the
-    float32 array `view` when given (the same pass, so no second read of `out`)."""
+    float32 array `view` when given (the same pass, so no second read of `out`). `tile`
+    (threads along k, j; at most 256, a power of two) and `chunk` (planes per thread)
+    shape the launch (tests/gpu/bench_eikonal.py --tune measures them)."""
     import numpy as np
 
     nx, ny, nz = T.shape
-    if ny > 8 * 65535 or nx > 32 * 65535:
-        raise ValueError(f"eikonal: block of shape {T.shape} exceeds the kernel's grid limits")
-    tile = (32, 8)  # (k, j); a power-of-two thread count for the block reduction
-    chunk = 32  # planes per thread: enough threads at small sizes, long register streams at large
+    if tile[0] * tile[1] > 256 or tile[0] * tile[1] & (tile[0] * tile[1] - 1) or chunk < 1:
+        raise ValueError(f"eikonal: tile {tile} must hold a power of two <= 256 threads, chunk {chunk} >= 1")
     grid = (-(-nz // tile[0]), -(-ny // tile[1]), -(-nx // chunk))
+    if grid[1] > 65535 or grid[2] > 65535:
+        raise ValueError(f"eikonal: block of shape {T.shape} exceeds the kernel's grid limits")
     if w.dtype not in (np.float64, np.float32):
         raise TypeError(f"eikonal: slowness must be float64 or float32, got {w.dtype}")
     if T.dtype not in (np.float64, np.float32) or out.dtype != T.dtype:
         raise TypeError(f"eikonal: travel times must be float64 or float32 (both buffers), got {T.dtype}, {out.dtype}")
     kernel = _get_sweep_kernel(w.dtype == np.float32, T.dtype == np.float32)
     kernel(grid, tile, (T, out, w, frozen, np.int32(nx), np.int32(ny), np.int32(nz),
-                        np.float64(hx), np.float64(hy), np.float64(hz), np.float64(1.0 / (hx * hx)),
-                        np.float64(1.0 / (hy * hy)), np.float64(1.0 / (hz * hz)), np.int32(chunk), maxchange,
+                        np.float64(hx), np.float64(hy), np.float64(hz), np.int32(chunk), maxchange,
                         view if view is not None else np.uintp(0), np.float64(clip)))

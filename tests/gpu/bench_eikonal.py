@@ -2,6 +2,7 @@
 
     python tests/gpu/bench_eikonal.py --cpu 128 256       # here: Numba vs scikit-fmm
     python tests/gpu/bench_eikonal.py --gpu 256 512 1024 1344
+    python tests/gpu/bench_eikonal.py --tune 1344   # launch shapes of the sweep, as in bench_insitu
 
 GPU: one sweep of the block-Jacobi update per iteration on one block of n^3 float64
 (T, 1/speed and the output buffer at 8 bytes, the seed mask at 1: 25 bytes per node
@@ -113,10 +114,65 @@ def gpu(sizes, reps=20):
     return "\n".join(out) + "\n"
 
 
+def tune(n: int, reps: int = 10) -> str:
+    """One sweep on an n^3 block in the state examples/bench_insitu.py times (a front
+    n/8 sweeps out from a point, float32 slowness, with and without the fused float32
+    display copy), for several launch shapes."""
+    import cupy as cp
+
+    from solvers.eikonal import _gpu
+
+    dev = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    p = n + 2
+    T = cp.full((p, p, p), cp.inf)
+    seed = (int(0.3 * p), int(0.4 * p), int(0.5 * p))
+    T[seed] = 0
+    out = T.copy()
+    w = cp.ones((p, p, p), cp.float32)
+    frozen = T == 0
+    view = cp.empty((p, p, p), cp.float32)
+    ch = cp.zeros(1, cp.uint64)
+    h = 1.0 / (n - 1)
+    for _ in range(n // 8):
+        _gpu.sweep(T, out, w, frozen, h, h, h, ch)
+        T, out = out, T
+    ev = [cp.cuda.Event(), cp.cuda.Event()]
+
+    def timed(**kw) -> float:
+        nonlocal T, out
+        ts = []
+        for i in range(reps + 2):
+            ev[0].record()
+            _gpu.sweep(T, out, w, frozen, h, h, h, ch, **kw)
+            ev[1].record()
+            ev[1].synchronize()
+            T, out = out, T
+            if i >= 2:
+                ts.append(cp.cuda.get_elapsed_time(*ev))
+        return float(np.median(ts))
+
+    rows = []
+    for tile in ((32, 8), (32, 4), (64, 4), (32, 2), (64, 2), (128, 2), (128, 1), (256, 1), (16, 16)):
+        for chunk in (8, 16, 32, 64, 128):
+            rows.append((tile, chunk, timed(tile=tile, chunk=chunk), timed(tile=tile, chunk=chunk, view=view, clip=10.0)))
+            print(rows[-1], flush=True)
+    best = min(rows, key=lambda r: r[3])
+    out_ = [f"### Eikonal, GPU: launch shapes of the sweep at {n}^3 (float64 T, float32 slowness)", "",
+            f"Device: {dev}; date {datetime.date.today()}; commit {commit()}; command `python "
+            f"tests/gpu/bench_eikonal.py --tune {n}`; median of {reps} sweeps (CUDA events) on a front {n // 8} "
+            f"sweeps out from a point; default tile {_gpu.TILE}, chunk {_gpu.CHUNK}; best with the display copy: "
+            f"tile {best[0]}, chunk {best[1]}.", "",
+            "| tile (k, j) | chunk | ms / sweep | ms / sweep with the float32 display copy |",
+            "| --- | ---: | ---: | ---: |"]
+    out_ += [f"| {t[0]}x{t[1]} | {c} | {a:.2f} | {b:.2f} |" for t, c, a, b in rows]
+    return "\n".join(out_) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpu", type=int, nargs="*", default=None)
     ap.add_argument("--gpu", type=int, nargs="*", default=None)
+    ap.add_argument("--tune", type=int, default=None)
     ap.add_argument("--md", default=None)
     args = ap.parse_args()
     text = ""
@@ -124,6 +180,8 @@ def main() -> None:
         text += cpu(args.cpu)
     if args.gpu:
         text += gpu(args.gpu)
+    if args.tune:
+        text += tune(args.tune)
     print(text)
     if args.md:
         with open(args.md, "w") as f:

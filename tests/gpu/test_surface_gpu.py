@@ -135,4 +135,4 @@ def test_cuda_rasterizer_big_triangles_and_near_clipping():
         assert np.isfinite(want[1]).all()
         diff = np.abs(cp.asnumpy(got[0]) - want[0]).max(axis=2)
         assert (diff <= 1.01 / 255).mean() >= 0.999
-        np.testing.assert_allclose(cp.asnumpy(got[1]), want[1], rtol=1e-5)
+        np.testing.assert_allclose(cp.asnumpy(got[1]), want[1], rtol=1e-4)  # float32 on the GPU, float64 in Numba
