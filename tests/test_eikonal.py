@@ -236,6 +236,9 @@ def test_the_float32_gpu_kernel_is_derived_from_the_float64_one():
 
     for old, new in _gpu._T32_EDITS:
         assert _gpu._SOURCE.count(old) == 1, old
+    # The display-copy edits apply to the float64 and the float32 text alike.
+    for src in (_gpu._SOURCE, _gpu._edit(_gpu._SOURCE, _gpu._T32_EDITS)):
+        assert "view[p]" in _gpu._edit(src, _gpu._VIEW_EDITS)
 
 
 def test_display_copy_follows_every_step():

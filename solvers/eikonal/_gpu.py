@@ -35,8 +35,7 @@ extern "C" __global__ void eikonal_sweep_f64(const double* __restrict__ T, doubl
                                              const unsigned char* __restrict__ frozen,
                                              const int nx, const int ny, const int nz,
                                              const double hx, const double hy, const double hz,
-                                             const int chunk, unsigned long long* maxchange,
-                                             float* __restrict__ view, const double clip)
+                                             const int chunk, unsigned long long* maxchange)
 {
     __shared__ double smax[256];  // blockDim.x * blockDim.y <= 256
     const long long sx = (long long)ny * nz, sy = nz;
@@ -52,7 +51,6 @@ extern "C" __global__ void eikonal_sweep_f64(const double* __restrict__ T, doubl
             const double tp = i + 1 < nx ? T[p + sx] : 0.0;
             if (edge || i == 0 || i == nx - 1 || frozen[p]) {
                 out[p] = t;  // seeds and the border (ghosts) are copied: the buffers can swap
-                if (view) view[p] = (float)fmin(t, clip);
             } else {
                 const double a = fmin(tm, tp);
                 const double b = fmin(T[p - sy], T[p + sy]);
@@ -60,7 +58,6 @@ extern "C" __global__ void eikonal_sweep_f64(const double* __restrict__ T, doubl
                 const double nw = fmin(t, godunov(a, b, c, hx, hy, hz, w[p]));
                 out[p] = nw;
                 if (nw < t) m = fmax(m, isinf(t) ? t : t - nw);  // t = +inf: an infinite change
-                if (view) view[p] = (float)fmin(nw, clip);  // the hand-off copy, while nw is in a register
             }
             tm = t;
             t = tp;
@@ -86,11 +83,33 @@ _T32_EDITS = (
 )
 
 
+# The display copy (EikonalSolver.display_copy): the sweep also stores min(T, clip) as
+# float32. A kernel of its own, so the plain sweep carries no trace of it (a branch on a
+# null pointer in the one kernel coincided with a slower sweep; tests/gpu/bench_eikonal.py
+# --tune times both).
+_VIEW_EDITS = (
+    ("const int chunk, unsigned long long* maxchange)",
+     "const int chunk, unsigned long long* maxchange,\n"
+     "                                             float* __restrict__ view, const double clip)"),
+    ("the buffers can swap\n", "the buffers can swap\n                view[p] = (float)fmin(t, clip);\n"),
+    ("  // t = +inf: an infinite change\n",
+     "  // t = +inf: an infinite change\n                view[p] = (float)fmin(nw, clip);\n"),
+)
+
+
+def _edit(src: str, edits) -> str:
+    for old, new in edits:
+        if src.count(old) != 1:  # pragma: no cover - the kernel text changed: fail loudly, not silently
+            raise RuntimeError(f"eikonal: cannot derive a kernel variant (no single {old!r} in the source)")
+        src = src.replace(old, new)
+    return src
+
+
 @functools.cache
-def _get_sweep_kernel(w32: bool = False, t32: bool = False):
+def _get_sweep_kernel(w32: bool = False, t32: bool = False, view: bool = False):
     import cupy
 
-    if not (w32 or t32):
+    if not (w32 or t32 or view):
         return cupy.RawKernel(_SOURCE, "eikonal_sweep_f64")
     # The same sweep reading a float32 slowness and/or keeping float32 travel times; the
     # update is computed in double either way (loads widen, the store rounds once, and the
@@ -99,11 +118,9 @@ def _get_sweep_kernel(w32: bool = False, t32: bool = False):
     if w32:
         src, name = src.replace("const double* __restrict__ w,", "const float* __restrict__ w,"), name + "_w32"
     if t32:
-        for old, new in _T32_EDITS:
-            if old not in src:  # pragma: no cover - the kernel text changed: fail loudly, not silently
-                raise RuntimeError(f"eikonal: cannot derive the float32 kernel (no {old!r} in the source)")
-            src = src.replace(old, new)
-        name += "_t32"
+        src, name = _edit(src, _T32_EDITS), name + "_t32"
+    if view:
+        src, name = _edit(src, _VIEW_EDITS), name + "_view"
     return cupy.RawKernel(src.replace("eikonal_sweep_f64(", name + "("), name)
 
 
@@ -132,7 +149,7 @@ def sweep(T, out, w, frozen, hx, hy, hz, maxchange, view=None, clip: float = flo
         raise TypeError(f"eikonal: slowness must be float64 or float32, got {w.dtype}")
     if T.dtype not in (np.float64, np.float32) or out.dtype != T.dtype:
         raise TypeError(f"eikonal: travel times must be float64 or float32 (both buffers), got {T.dtype}, {out.dtype}")
-    kernel = _get_sweep_kernel(w.dtype == np.float32, T.dtype == np.float32)
+    kernel = _get_sweep_kernel(w.dtype == np.float32, T.dtype == np.float32, view is not None)
+    extra = () if view is None else (view, np.float64(clip))
     kernel(grid, tile, (T, out, w, frozen, np.int32(nx), np.int32(ny), np.int32(nz),
-                        np.float64(hx), np.float64(hy), np.float64(hz), np.int32(chunk), maxchange,
-                        view if view is not None else np.uintp(0), np.float64(clip)))
+                        np.float64(hx), np.float64(hy), np.float64(hz), np.int32(chunk), maxchange) + extra)

@@ -87,7 +87,7 @@ def test_float32_travel_times_on_the_gpu_converge_to_the_cpu_answer():
     # Each backend rounds its double update to float32 at every store (the GPU's update
     # also contracts to fused multiply-adds), so their fixed points differ by a few float32
     # rounding steps along the characteristics: both stay within 3e-5 of the float64 solve.
-    np.testing.assert_allclose(out["cpu"], ref, rtol=1e-5)
+    np.testing.assert_allclose(out["cpu"], ref, rtol=3e-5)
     np.testing.assert_allclose(insitu.to_host(out["gpu"]), ref, rtol=3e-5)
 
 
