@@ -97,6 +97,9 @@ _VIEW_EDITS = (
 )
 
 
+_LOOP = "for (int i = i0; i < i1; ++i, p += sx) {"
+
+
 def _edit(src: str, edits) -> str:
     for old, new in edits:
         if src.count(old) != 1:  # pragma: no cover - the kernel text changed: fail loudly, not silently
@@ -106,10 +109,10 @@ def _edit(src: str, edits) -> str:
 
 
 @functools.cache
-def _get_sweep_kernel(w32: bool = False, t32: bool = False, view: bool = False):
+def _get_sweep_kernel(w32: bool = False, t32: bool = False, view: bool = False, unroll: int = 1):
     import cupy
 
-    if not (w32 or t32 or view):
+    if not (w32 or t32 or view or unroll > 1):
         return cupy.RawKernel(_SOURCE, "eikonal_sweep_f64")
     # The same sweep reading a float32 slowness and/or keeping float32 travel times; the
     # update is computed in double either way (loads widen, the store rounds once, and the
@@ -121,6 +124,9 @@ def _get_sweep_kernel(w32: bool = False, t32: bool = False, view: bool = False):
         src, name = _edit(src, _T32_EDITS), name + "_t32"
     if view:
         src, name = _edit(src, _VIEW_EDITS), name + "_view"
+    if unroll > 1:  # more loads in flight per thread along i
+        src = _edit(src, [(_LOOP, f"#pragma unroll {int(unroll)}\n        {_LOOP}")])
+        name += f"_u{int(unroll)}"
     return cupy.RawKernel(src.replace("eikonal_sweep_f64(", name + "("), name)
 
 
@@ -128,15 +134,18 @@ def _get_sweep_kernel(w32: bool = False, t32: bool = False, view: bool = False):
 TILE = (32, 8)
 #: Planes per thread: enough threads at small sizes, long register streams at large.
 CHUNK = 32
+#: Unrolling of the loop along i (1: none).
+UNROLL = 1
 
 
 def sweep(T, out, w, frozen, hx, hy, hz, maxchange, view=None, clip: float = float("inf"), *,
-          tile: tuple[int, int] = TILE, chunk: int = CHUNK) -> None:
+          tile: tuple[int, int] = TILE, chunk: int = CHUNK, unroll: int = UNROLL) -> None:
     """Enqueue one Jacobi sweep; fold the largest change into the device scalar `maxchange`
     (uint64 view of a float64, reset by the caller); also write ``min(out, clip)`` into the
     float32 array `view` when given (the same pass, so no second read of `out`). `tile`
-    (threads along k, j; at most 256, a power of two) and `chunk` (planes per thread)
-    shape the launch (tests/gpu/bench_eikonal.py --tune measures them)."""
+    (threads along k, j; at most 256, a power of two), `chunk` (planes per thread) and
+    `unroll` (of the loop along i) shape the launch (tests/gpu/bench_eikonal.py --tune
+    measures them)."""
     import numpy as np
 
     nx, ny, nz = T.shape
@@ -149,7 +158,7 @@ def sweep(T, out, w, frozen, hx, hy, hz, maxchange, view=None, clip: float = flo
         raise TypeError(f"eikonal: slowness must be float64 or float32, got {w.dtype}")
     if T.dtype not in (np.float64, np.float32) or out.dtype != T.dtype:
         raise TypeError(f"eikonal: travel times must be float64 or float32 (both buffers), got {T.dtype}, {out.dtype}")
-    kernel = _get_sweep_kernel(w.dtype == np.float32, T.dtype == np.float32, view is not None)
+    kernel = _get_sweep_kernel(w.dtype == np.float32, T.dtype == np.float32, view is not None, int(unroll))
     extra = () if view is None else (view, np.float64(clip))
     kernel(grid, tile, (T, out, w, frozen, np.int32(nx), np.int32(ny), np.int32(nz),
                         np.float64(hx), np.float64(hy), np.float64(hz), np.int32(chunk), maxchange) + extra)

@@ -153,19 +153,21 @@ def tune(n: int, reps: int = 10) -> str:
 
     rows = []
     # Wider tiles (128x1, 256x1, 16x16) and chunks of 8 or 128 were 10-70% slower on an H200.
-    for tile in ((32, 8), (32, 4), (64, 4), (32, 2), (64, 2)):
-        for chunk in (16, 32, 64):
-            rows.append((tile, chunk, timed(tile=tile, chunk=chunk), timed(tile=tile, chunk=chunk, view=view, clip=10.0)))
-            print(rows[-1], flush=True)
-    best = min(rows, key=lambda r: r[3])
+    shapes = [(t, c, 1) for t in ((32, 8), (32, 4), (64, 4), (32, 2), (64, 2)) for c in (16, 32, 64)]
+    shapes += [(t, c, u) for t in ((32, 8), (32, 4)) for c in (32, 64) for u in (2, 4)]
+    for tile, chunk, unroll in shapes:
+        kw = dict(tile=tile, chunk=chunk, unroll=unroll)
+        rows.append((tile, chunk, unroll, timed(**kw), timed(view=view, clip=10.0, **kw)))
+        print(rows[-1], flush=True)
+    best = min(rows, key=lambda r: r[4])
     out_ = [f"### Eikonal, GPU: launch shapes of the sweep at {n}^3 (float64 T, float32 slowness)", "",
             f"Device: {dev}; date {datetime.date.today()}; commit {commit()}; command `python "
             f"tests/gpu/bench_eikonal.py --tune {n}`; median of {reps} sweeps (CUDA events) on a front {n // 8} "
-            f"sweeps out from a point; default tile {_gpu.TILE}, chunk {_gpu.CHUNK}; best with the display copy: "
-            f"tile {best[0]}, chunk {best[1]}.", "",
-            "| tile (k, j) | chunk | ms / sweep | ms / sweep with the float32 display copy |",
-            "| --- | ---: | ---: | ---: |"]
-    out_ += [f"| {t[0]}x{t[1]} | {c} | {a:.2f} | {b:.2f} |" for t, c, a, b in rows]
+            f"sweeps out from a point; default tile {_gpu.TILE}, chunk {_gpu.CHUNK}, unroll {_gpu.UNROLL}; best "
+            f"with the display copy: tile {best[0]}, chunk {best[1]}, unroll {best[2]}.", "",
+            "| tile (k, j) | chunk | unroll | ms / sweep | ms / sweep with the float32 display copy |",
+            "| --- | ---: | ---: | ---: | ---: |"]
+    out_ += [f"| {t[0]}x{t[1]} | {c} | {u} | {a:.2f} | {b:.2f} |" for t, c, u, a, b in rows]
     return "\n".join(out_) + "\n"
 
 
