@@ -130,8 +130,9 @@ def _get_sweep_kernel(w32: bool = False, t32: bool = False, view: bool = False, 
     return cupy.RawKernel(src.replace("eikonal_sweep_f64(", name + "("), name)
 
 
-#: Threads per block along (k, j): narrow in k, a power-of-two count for the block reduction.
-TILE = (32, 8)
+#: Threads per block along (k, j): narrow in k, a power-of-two count for the block reduction
+#: (32x4 beat 32x8 by 1% for the plain sweep and 13% with the display copy on an H200).
+TILE = (32, 4)
 #: Planes per thread: enough threads at small sizes, long register streams at large.
 CHUNK = 32
 #: Unrolling of the loop along i (1: none).
