@@ -43,7 +43,7 @@ __all__ = ["EikonalSolver", "Iterate", "seeds_from_fractions", "solve", "speed_m
 
 
 def update_block(T, out, w, frozen, spacing: Sequence[float], *, iterations: int = 1, view=None,
-                 clip: float = math.inf):
+                 clip: float = math.inf, tiles=None):
     """Run `iterations` Jacobi sweeps on one padded block, ping-ponging `T` and `out`.
 
     Parameters
@@ -61,6 +61,8 @@ def update_block(T, out, w, frozen, spacing: Sequence[float], *, iterations: int
         Receives ``min(T, clip)`` of the newest iterate (on the GPU written by the last
         sweep itself, without reading T again).
     clip : float
+    tiles : solvers.eikonal._gpu.ActiveTiles, optional
+        GPU only: visit only the tiles where something can change (same result).
 
     Returns
     -------
@@ -76,7 +78,8 @@ def update_block(T, out, w, frozen, spacing: Sequence[float], *, iterations: int
 
         change = cupy.zeros(1, cupy.uint64)
         for it in range(iterations):
-            _gpu.sweep(T, out, w, frozen, hx, hy, hz, change, view if it == iterations - 1 else None, clip)
+            _gpu.sweep(T, out, w, frozen, hx, hy, hz, change, view if it == iterations - 1 else None, clip,
+                       tiles=tiles)
             T, out = out, T
         return T, out, change.view(cupy.float64)
     from . import _cpu
@@ -123,14 +126,20 @@ class EikonalSolver:
         relative error of the slowness of about 6e-8.
     precision : {"float64", "float32"}
         How the travel times are kept (the update itself is computed in float64 and
-        rounded once per node and sweep). float32 moves 17 bytes per node instead of 25
-        (13 with a float32 slowness) and halves the halo bytes; travel times carry a
-        relative rounding error of about 6e-8 per sweep, far below the scheme's first-
-        order discretization error, and a run still ends when no node changes.
+        rounded once per node and sweep). float32 halves the memory of the travel times
+        and the halo bytes; travel times carry a relative rounding error of about 6e-8
+        per sweep, far below the scheme's first-order discretization error, and a run
+        still ends when no node changes. Not faster on an H200 (the widening and
+        rounding cost more than the bytes saved: docs/BENCHMARKS.md).
+    skip_idle : bool
+        GPU: sweep only the tiles where something changed nearby in the previous sweep
+        (or a halo exchange refilled a ghost face next to them), as the fast iterative
+        method keeps an active list; the result is the full sweep's, bit for bit.
     """
 
     def __init__(self, domain: Domain, speed, seeds, comm=None, *, xp=np, local_iters: int = 4,
-                 timeout: float = 60.0, slowness: str = "float64", precision: str = "float64") -> None:
+                 timeout: float = 60.0, slowness: str = "float64", precision: str = "float64",
+                 skip_idle: bool = True) -> None:
         if slowness not in ("float64", "float32"):
             raise ValueError(f"eikonal: slowness must be 'float64' or 'float32', got {slowness!r}")
         if precision not in ("float64", "float32"):
@@ -147,6 +156,7 @@ class EikonalSolver:
         self.iteration = 0
         self._T, self._out, self._w, self._frozen = {}, {}, {}, {}
         self._views, self._clip = {}, math.inf
+        self._tiles = {}  # gid -> ActiveTiles (GPU, skip_idle)
         g = domain.ghost
         for gid in domain.blocks_of(self.rank):
             b = domain.block(gid)
@@ -168,6 +178,12 @@ class EikonalSolver:
                 T, w, frozen = (arrays.to_device(a) for a in (T, w, frozen))
             self._T[gid], self._w[gid], self._frozen[gid] = T, w, frozen
             self._out[gid] = T.copy()
+            if skip_idle and xp is not np:
+                from ._gpu import ActiveTiles
+
+                faces = [(a, d[a]) for d in domain.neighbors(gid) for a in range(3)
+                         if d[a] != 0 and sum(x != 0 for x in d) == 1]
+                self._tiles[gid] = ActiveTiles(b.padded_shape, faces)
         self._halo = HaloExchange(domain, comm, timeout=timeout)
         # Set up the exchange now, for both buffers of the ping-pong, so that ranks that
         # disagree fail here and the iteration loop makes no set-up transfers.
@@ -184,6 +200,8 @@ class EikonalSolver:
         prof = profile or _NO_PROFILE
         with prof.stage("halo"):
             self._halo.exchange(self._T)
+            for tiles in self._tiles.values():
+                tiles.refilled()
         with prof.stage("eikonal"):
             return self._sweep()
 
@@ -194,7 +212,7 @@ class EikonalSolver:
             # Seeds and ghosts are the same in both buffers after the first sweep.
             T, out, c = update_block(self._T[gid], self._out[gid], self._w[gid], self._frozen[gid],
                                      self.spacing, iterations=self.local_iters, view=self._views.get(gid),
-                                     clip=self._clip)
+                                     clip=self._clip, tiles=self._tiles.get(gid))
             self._T[gid], self._out[gid] = T, out
             dev.append(c)
         if dev and self.xp is not np:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 _SOURCE = r"""
 __device__ __forceinline__ double godunov(double a, double b, double c,
                                           double ha, double hb, double hc, double w)
@@ -97,6 +99,41 @@ _VIEW_EDITS = (
 )
 
 
+# Skipping idle tiles (ActiveTiles): a thread block whose tile had nothing change in or
+# next to it in the previous sweep leaves at once; every tile reports whether it changed.
+_TILE_EDITS = (
+    ("unsigned long long* maxchange",
+     "unsigned long long* maxchange,\n                                             "
+     "const unsigned char* __restrict__ active, unsigned char* __restrict__ changed"),
+    ("    double m = 0.0;\n",
+     "    const long long tile = ((long long)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;\n"
+     "    if (!active[tile]) {  // both buffers already hold this tile's values: nothing to do\n"
+     "        if (tid == 0) changed[tile] = 0;\n"
+     "        return;\n"
+     "    }\n"
+     "    double m = 0.0;\n"),
+    ("    if (tid == 0 && smax[0] > 0.0)\n",
+     "    if (tid == 0) changed[tile] = smax[0] > 0.0;\n    if (tid == 0 && smax[0] > 0.0)\n"),
+)
+
+_DILATE = r"""
+// active = changed grown by one tile in every direction (26 neighbours and itself).
+extern "C" __global__ void eikonal_tiles_dilate(const unsigned char* __restrict__ changed,
+                                                unsigned char* __restrict__ active,
+                                                const int gi, const int gj, const int gk)
+{
+    const long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (t >= (long long)gi * gj * gk) return;
+    const int k = (int)(t % gk), j = (int)((t / gk) % gj), i = (int)(t / ((long long)gk * gj));
+    unsigned char a = 0;
+    for (int di = max(i - 1, 0); di <= min(i + 1, gi - 1); ++di)
+        for (int dj = max(j - 1, 0); dj <= min(j + 1, gj - 1); ++dj)
+            for (int dk = max(k - 1, 0); dk <= min(k + 1, gk - 1); ++dk)
+                a |= changed[((long long)di * gj + dj) * gk + dk];
+    active[t] = a;
+}
+"""
+
 _LOOP = "for (int i = i0; i < i1; ++i, p += sx) {"
 
 
@@ -109,10 +146,11 @@ def _edit(src: str, edits) -> str:
 
 
 @functools.cache
-def _get_sweep_kernel(w32: bool = False, t32: bool = False, view: bool = False, unroll: int = 1):
+def _get_sweep_kernel(w32: bool = False, t32: bool = False, view: bool = False, unroll: int = 1,
+                      tiles: bool = False):
     import cupy
 
-    if not (w32 or t32 or view or unroll > 1):
+    if not (w32 or t32 or view or unroll > 1 or tiles):
         return cupy.RawKernel(_SOURCE, "eikonal_sweep_f64")
     # The same sweep reading a float32 slowness and/or keeping float32 travel times; the
     # update is computed in double either way (loads widen, the store rounds once, and the
@@ -124,6 +162,8 @@ def _get_sweep_kernel(w32: bool = False, t32: bool = False, view: bool = False, 
         src, name = _edit(src, _T32_EDITS), name + "_t32"
     if view:
         src, name = _edit(src, _VIEW_EDITS), name + "_view"
+    if tiles:  # after the view edits: both extend the parameter list
+        src, name = _edit(src, _TILE_EDITS), name + "_tiles"
     if unroll > 1:  # more loads in flight per thread along i
         src = _edit(src, [(_LOOP, f"#pragma unroll {int(unroll)}\n        {_LOOP}")])
         name += f"_u{int(unroll)}"
@@ -139,17 +179,74 @@ CHUNK = 32
 UNROLL = 1
 
 
+class ActiveTiles:
+    """Which thread tiles of one padded block a sweep must visit.
+
+    A node changes only if a neighbour changed in the previous sweep, so a tile with no
+    change in it or in the 26 tiles around it is skipped: both ping-pong buffers already
+    hold its values, and the result is the full sweep's, bit for bit. A halo exchange may
+    refill ghost faces; :meth:`refilled` wakes the tiles along the faces that have a
+    neighbour block (`faces`: ``(axis, -1 or +1)`` pairs). Everything starts awake.
+    """
+
+    def __init__(self, shape, faces=(), *, tile: tuple[int, int] = TILE, chunk: int = CHUNK) -> None:
+        import cupy
+
+        nx, ny, nz = shape
+        self.tile, self.chunk = tuple(tile), int(chunk)
+        self.shape = (-(-nx // chunk), -(-ny // tile[1]), -(-nz // tile[0]))  # tiles along i, j, k
+        self.active = cupy.ones(self.shape, cupy.uint8)
+        self.changed = cupy.zeros(self.shape, cupy.uint8)
+        self.border = cupy.zeros(self.shape, cupy.uint8)
+        span = (self.chunk, self.tile[1], self.tile[0])
+        for axis, side in faces:
+            n, s = shape[axis], span[axis]
+            cut = [slice(None)] * 3
+            # The tiles holding the ghost layer and the first interior layer next to it.
+            cut[axis] = slice(0, 1 // s + 1) if side < 0 else slice((n - 2) // s, (n - 1) // s + 1)
+            self.border[tuple(cut)] = 1
+
+    def refilled(self) -> None:
+        """Ghost faces were refilled by a halo exchange: wake the tiles next to them."""
+        import cupy
+
+        cupy.bitwise_or(self.active, self.border, out=self.active)
+
+    def advance(self) -> None:
+        """After a sweep: the tiles that changed, and their neighbours, are the next ones."""
+        import cupy
+
+        gi, gj, gk = self.shape
+        n = gi * gj * gk
+        _dilate_kernel()((-(-n // 256),), (256,), (self.changed, self.active, np.int32(gi), np.int32(gj),
+                                                    np.int32(gk)))
+
+    def fraction(self) -> float:
+        """Share of tiles the next sweep visits (a host read: for reports, not loops)."""
+        return float(self.active.mean())
+
+
+@functools.cache
+def _dilate_kernel():
+    import cupy
+
+    return cupy.RawKernel(_DILATE, "eikonal_tiles_dilate")
+
+
 def sweep(T, out, w, frozen, hx, hy, hz, maxchange, view=None, clip: float = float("inf"), *,
-          tile: tuple[int, int] = TILE, chunk: int = CHUNK, unroll: int = UNROLL) -> None:
+          tiles: ActiveTiles | None = None, tile: tuple[int, int] = TILE, chunk: int = CHUNK,
+          unroll: int = UNROLL) -> None:
     """Enqueue one Jacobi sweep; fold the largest change into the device scalar `maxchange`
     (uint64 view of a float64, reset by the caller); also write ``min(out, clip)`` into the
     float32 array `view` when given (the same pass, so no second read of `out`). `tile`
     (threads along k, j; at most 256, a power of two), `chunk` (planes per thread) and
     `unroll` (of the loop along i) shape the launch (tests/gpu/bench_eikonal.py --tune
-    measures them)."""
-    import numpy as np
+    measures them). With `tiles` only its active tiles are visited (their shape wins),
+    and it is advanced to the next sweep's."""
 
     nx, ny, nz = T.shape
+    if tiles is not None:
+        tile, chunk = tiles.tile, tiles.chunk
     if tile[0] * tile[1] > 256 or tile[0] * tile[1] & (tile[0] * tile[1] - 1) or chunk < 1:
         raise ValueError(f"eikonal: tile {tile} must hold a power of two <= 256 threads, chunk {chunk} >= 1")
     grid = (-(-nz // tile[0]), -(-ny // tile[1]), -(-nx // chunk))
@@ -159,7 +256,14 @@ def sweep(T, out, w, frozen, hx, hy, hz, maxchange, view=None, clip: float = flo
         raise TypeError(f"eikonal: slowness must be float64 or float32, got {w.dtype}")
     if T.dtype not in (np.float64, np.float32) or out.dtype != T.dtype:
         raise TypeError(f"eikonal: travel times must be float64 or float32 (both buffers), got {T.dtype}, {out.dtype}")
-    kernel = _get_sweep_kernel(w.dtype == np.float32, T.dtype == np.float32, view is not None, int(unroll))
+    kernel = _get_sweep_kernel(w.dtype == np.float32, T.dtype == np.float32, view is not None, int(unroll),
+                               tiles is not None)
     extra = () if view is None else (view, np.float64(clip))
+    if tiles is not None:
+        if tiles.shape != grid[::-1]:
+            raise ValueError(f"eikonal: tiles of shape {tiles.shape} do not fit a block of shape {T.shape}")
+        extra = (tiles.active, tiles.changed) + extra
     kernel(grid, tile, (T, out, w, frozen, np.int32(nx), np.int32(ny), np.int32(nz),
                         np.float64(hx), np.float64(hy), np.float64(hz), np.int32(chunk), maxchange) + extra)
+    if tiles is not None:
+        tiles.advance()
