@@ -97,13 +97,13 @@ class HaloExchange:
         The job's ranks. ``None``: a single process owning every block.
     transport : str or dict, optional
         Force one transport name for every remote peer (``"mpi"``, ``"ipc"``,
-        ``"nccl"``), or give ``{peer_rank: name}``. Default: :func:`insitu.transports.choose`.
+        ``"p2p"``, ``"nccl"``), or give ``{peer_rank: name}``. Default: :func:`insitu.transports.choose`.
         All ranks must agree.
     timeout : float
         Seconds to wait for peers in any one step before :class:`PeerTimeoutError`.
     graphs : bool
         On the GPU, when every peer is reached by a stream-ordered transport (same
-        rank, NCCL), replay each exchange as a captured CUDA graph (default).
+        rank, NCCL, p2p), replay each exchange as a captured CUDA graph (default).
 
     Notes
     -----
@@ -254,6 +254,8 @@ class HaloExchange:
         graph.launch(cur)
         wait_stream(cur, deadline, f"halo exchange on rank {self.rank}",
                     on_timeout=lambda: [t.abort() for t in self._transports])
+        for t in self._transports:
+            t.check()
 
     def close(self) -> None:
         """Release transport buffers, peer mappings and the private communicator."""

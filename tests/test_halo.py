@@ -91,7 +91,7 @@ def test_neighbour_thinner_than_ghost():
 
 def test_unknown_transport_lists_known():
     dom = Domain.create((8, 8, 8), blocks=(2, 1, 1))
-    with pytest.raises(ValueError, match=r"unknown transport 'tcp'; known transports: inproc, mpi, nccl, ipc"):
+    with pytest.raises(ValueError, match=r"unknown transport 'tcp'; known transports: inproc, mpi, nccl, ipc, p2p"):
         HaloExchange(dom, transport="tcp")
     with pytest.raises(ValueError, match="serves only blocks of the same rank"):
         HaloExchange(dom, transport="inproc")

@@ -17,7 +17,7 @@ def with_nccl(monkeypatch):
 
 def test_registry_names_known_transports():
     assert get_transport("mpi") is transports.MPITransport
-    with pytest.raises(ValueError, match="unknown transport 'ucx'; known transports: inproc, mpi, nccl, ipc"):
+    with pytest.raises(ValueError, match="unknown transport 'ucx'; known transports: inproc, mpi, nccl, ipc, p2p"):
         get_transport("ucx")
 
 
@@ -58,3 +58,12 @@ def test_cuda_aware_detection(monkeypatch):
     monkeypatch.setenv("INSITU_MPI_CUDA_AWARE", "1")
     assert mpi_cuda_aware() is True
     mpi_cuda_aware.cache_clear()
+
+
+def test_p2p_refuses_host_arrays():
+    import numpy as np
+
+    from insitu.transports import P2PTransport, TransportContext
+
+    with pytest.raises(ValueError, match="transport 'p2p' moves device arrays only; use 'mpi' for host arrays"):
+        P2PTransport(TransportContext(None, 0, [], 1.0), {}, {}, np.zeros(4))

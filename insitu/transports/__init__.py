@@ -5,6 +5,8 @@ name       used for                                             host staging
 =========  ===================================================  ==================
 inproc     blocks of the same rank (direct device or host copy) never
 ipc        another process on the same node (CUDA IPC)          never
+p2p        another GPU of the same node (CUDA IPC, pushed,      never
+           device-side flags, no host step: graph-capturable)
 nccl       a rank on another GPU (``cupy.cuda.nccl``)           never
 mpi        everything else; host arrays                         device data, unless
                                                                 the MPI is CUDA-aware
@@ -23,11 +25,13 @@ from .base import PeerInfo, Transport, TransportContext, alloc_area, wait_reques
 from .mpi import MPITransport, mpi_cuda_aware
 from .nccl import NCCLTransport, nccl_available
 from .ipc import IPCTransport
+from .p2p import P2PTransport
 
 __all__ = [
     "IPCTransport",
     "MPITransport",
     "NCCLTransport",
+    "P2PTransport",
     "PeerInfo",
     "TRANSPORTS",
     "Transport",
@@ -46,6 +50,7 @@ TRANSPORTS: dict[str, type[Transport]] = {
     "mpi": MPITransport,
     "nccl": NCCLTransport,
     "ipc": IPCTransport,
+    "p2p": P2PTransport,
 }
 KNOWN = ("inproc", *TRANSPORTS)
 

@@ -101,6 +101,10 @@ class Transport(abc.ABC):
     def release(self) -> None:
         """Called after unpacking was enqueued."""
 
+    def check(self) -> None:
+        """After the exchange's GPU work completed: raise what a device-side wait
+        recorded (a peer that never came), if anything."""
+
     def abort(self) -> None:
         """Give up on an exchange that timed out (free what a hung peer holds)."""
 

@@ -77,9 +77,12 @@ def worker(args) -> None:
 
     # Reference 2: raw NCCL send/recv of the same per-peer bytes (only where NCCL was used).
     nccl_t = None
-    if "nccl" in kinds:
-        tn = next(t for t in ex._transports if t.name == "nccl")
-        nccl_peers = [p for p, k in ex.peer_transport.items() if k == "nccl"]
+    if "nccl" in kinds or "p2p" in kinds:
+        from insitu.transports.nccl import _pair_comm
+
+        nccl_peers = [p for p, k in ex.peer_transport.items() if k in ("nccl", "p2p")]
+        # The NCCL pair communicators (the exchange's own, or made here when it used p2p).
+        comms = {p: _pair_comm(ex._ctx, p, time.monotonic() + 60) for p in nccl_peers}
         segs = {p: (sum(m.size for m in ex._sends.get(p, [])), sum(m.size for m in ex._recvs.get(p, [])))
                 for p in nccl_peers}
         sb = {p: cp.empty(s, cp.float32) for p, (s, _) in segs.items()}
@@ -92,7 +95,7 @@ def worker(args) -> None:
             t0 = time.perf_counter()
             nccl.groupStart()
             for p in nccl_peers:
-                c = tn._comms[p]
+                c = comms[p]
                 pp = 0 if p < rank else 1
                 c.send(sb[p].data.ptr, sb[p].nbytes, nccl.NCCL_UINT8, pp, stream.ptr)
                 c.recv(rb[p].data.ptr, rb[p].nbytes, nccl.NCCL_UINT8, pp, stream.ptr)
@@ -137,6 +140,8 @@ CONFIGS = [
     ("2 ranks on 1 GPU, MPI staged through host", 2, "0", ["--transport", "mpi"]),
     ("2 ranks on 2 GPUs (NCCL), CUDA graph", 2, "0,1", []),
     ("2 ranks on 2 GPUs (NCCL), eager", 2, "0,1", ["--no-graphs"]),
+    ("2 ranks on 2 GPUs (p2p: CUDA IPC push, device flags), CUDA graph", 2, "0,1", ["--transport", "p2p"]),
+    ("2 ranks on 2 GPUs (p2p: CUDA IPC push, device flags), eager", 2, "0,1", ["--transport", "p2p", "--no-graphs"]),
     ("8 ranks on 2 GPUs (CUDA IPC, peer-to-peer)", 8, "0,1", []),
 ]
 

@@ -92,9 +92,32 @@ def test_two_gpus_without_host_copies(mpi, nranks, per_rank, kinds):
 
 
 @pytest.mark.mpi
+@pytest.mark.gpus(2)
+@pytest.mark.parametrize("per_rank", [1, 4])
+def test_p2p_between_two_gpus(mpi, per_rank):
+    # Pushed over NVLink with device-side flags: every ghost right, graphs and eager
+    # (halo_check runs both), and nothing through the host.
+    p = mpi(2, "halo_check.py", per_rank, "--backend", "cupy", "--transport", "p2p")
+    assert p.returncode == 0, p.stdout + p.stderr
+    got, _, steady = _summary(p.stdout)
+    assert got == ["p2p"] and steady == 0
+
+
+@pytest.mark.mpi
+@pytest.mark.gpus(2)
+def test_p2p_peer_that_stops_times_out_on_the_device(mpi):
+    # Rank 1 exchanges once and stops; rank 0's device-side wait gives up after the
+    # timeout (2 s) and the host raises PeerTimeoutError instead of hanging.
+    p = mpi(2, "halo_faults.py", "stops", "cupy:p2p", timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "rank 0: PeerTimeoutError" in p.stdout, p.stdout + p.stderr
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("name,nranks,env", [
     ("ipc", 3, ONE_GPU), ("mpi", 2, ONE_GPU),
     pytest.param("nccl", 2, {}, marks=pytest.mark.gpus(2)),
+    pytest.param("p2p", 2, {}, marks=pytest.mark.gpus(2)),
 ])
 def test_transport_conformance_on_device(mpi, name, nranks, env):
     p = mpi(nranks, "transport_check.py", name, "--backend", "cupy", env=env)

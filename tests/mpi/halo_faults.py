@@ -1,7 +1,8 @@
 """Run under mpiexec -n 2 with a fault: rank 1 breaks the exchange, rank 0 reports it.
 
 Faults: silent (rank 1 never joins), stops (rank 1 exchanges once, then stops),
-dtype, ghost, transport (rank 1 differs).
+dtype, ghost, transport (rank 1 differs). Optional second argument BACKEND:TRANSPORT
+(e.g. ``cupy:p2p``, one GPU per rank) for the device paths.
 Each rank prints "rank R: ErrorType: message" and exits 0 if it raised as expected.
 """
 
@@ -14,14 +15,22 @@ from mpi4py import MPI
 from insitu import Domain, HaloExchange, MismatchError, PeerTimeoutError
 
 fault = sys.argv[1]
+backend, forced = (sys.argv[2].split(":") + [None])[:2] if len(sys.argv) > 2 else ("numpy", None)
 comm = MPI.COMM_WORLD
 rank = comm.rank
 odd = rank == 1
+xp = np
+if backend == "cupy":
+    import cupy as xp
+
+    import insitu
+
+    insitu.arrays.select_device(comm)
 dtype = np.float64 if (fault == "dtype" and odd) else np.float32
 ghost = 2 if (fault == "ghost" and odd) else 1
-transport = "mpi" if (fault == "transport" and odd) else None
+transport = "mpi" if (fault == "transport" and odd) else forced
 dom = Domain.create((8, 8, 8), nblocks=4, ghost=ghost, nranks=2)
-blocks = {g: np.zeros(dom.block(g).padded_shape, dtype) for g in dom.blocks_of(rank)}
+blocks = {g: xp.zeros(dom.block(g).padded_shape, dtype) for g in dom.blocks_of(rank)}
 
 if fault == "silent" and odd:
     time.sleep(4)  # longer than rank 0's timeout: it must give up, not hang

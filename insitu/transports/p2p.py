@@ -1,0 +1,186 @@
+"""Peer-to-peer transport: ranks on different GPUs of one node, CUDA IPC with device flags.
+
+Push model, all stream-ordered (no host step, so an exchange can be a CUDA graph).
+Each rank exports its exchange area and a small flag array once (``cudaIpcGetMemHandle``)
+and maps its peers' (``cudaIpcOpenMemHandle``). Per exchange, on the current stream:
+
+1. its epoch counter (on the device) goes up by one;
+2. it tells every rank that sends to it "your segment in my area is free" by writing the
+   epoch into that peer's flags (everything it read from its area before is done);
+3. for every peer it sends to: it waits until that peer's "free" has reached the epoch,
+   copies its packed segment straight into the peer's area (over NVLink) and then writes
+   the epoch into the peer's "arrived" flag;
+4. it waits until every peer that sends to it has written "arrived".
+
+A waiting kernel gives up after the exchange's timeout, marking a flag in mapped host
+memory that :meth:`P2PTransport.check` turns into :class:`PeerTimeoutError`. Nothing
+passes through the host per exchange; NCCL is not involved. Ranks sharing one GPU should
+use ``ipc`` instead: a spinning wait would hold the GPU while the peer's process waits for
+its time slice.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import time
+
+import numpy as np
+
+from ..errors import PeerTimeoutError
+from .base import Transport, recv_object, wait_requests, wait_stream
+
+__all__ = ["P2PTransport"]
+
+_TAG = 7306
+_DEFAULT = 4  # cudaMemcpyDefault
+_HOST_MAPPED = 2  # cudaHostAllocMapped
+
+_SOURCE = r"""
+extern "C" __global__ void p2p_tick(long long* epoch) { epoch[0] += 1; }
+
+// Write this exchange's epoch into a flag, here or in a peer's memory (mapped by IPC).
+extern "C" __global__ void p2p_post(const long long* __restrict__ epoch, unsigned long long flag) {
+    __threadfence_system();  // what this stream wrote before (the pushed segment) lands first
+    *(volatile long long*)flag = epoch[0];
+    __threadfence_system();
+}
+
+// Wait until one of our flags, written by a peer, reaches this exchange's epoch.
+extern "C" __global__ void p2p_await(const long long* __restrict__ epoch, unsigned long long flag,
+                                     const long long budget_ns, unsigned long long failed) {
+    const long long e = epoch[0];
+    if (*(volatile int*)failed) return;  // an earlier wait of this exchange gave up already
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    while (*(volatile long long*)flag < e) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        if ((long long)(t - t0) > budget_ns) {  // the peer never came: report, do not hang
+            *(volatile int*)failed = 1;
+            break;
+        }
+        __nanosleep(100);
+    }
+    __threadfence_system();
+}
+"""
+
+
+@functools.cache
+def _kernels():
+    import cupy
+
+    mod = cupy.RawModule(code=_SOURCE)
+    return mod.get_function("p2p_tick"), mod.get_function("p2p_post"), mod.get_function("p2p_await")
+
+
+class P2PTransport(Transport):
+    name = "p2p"
+    stream_ordered = True
+
+    def __init__(self, ctx, send, recv, area) -> None:
+        super().__init__(ctx, send, recv, area)
+        if not self.on_device:
+            raise ValueError("transport 'p2p' moves device arrays only; use 'mpi' for host arrays")
+        import cupy
+
+        rt = cupy.cuda.runtime
+        me, size = ctx.rank, ctx.comm.Get_size()
+        dev = cupy.cuda.Device().id
+        for p in self.peers:
+            info = ctx.infos[p] if ctx.infos else None
+            if info is not None and info.host != ctx.infos[me].host:
+                raise ValueError(f"transport 'p2p': rank {p} runs on another node ({info.host}); use 'nccl' or 'mpi'")
+            if info is not None and info.device is not None:
+                pdev = rt.deviceGetByPCIBusId(info.device)
+                if pdev != dev and not rt.deviceCanAccessPeer(dev, pdev):
+                    raise ValueError(f"transport 'p2p': GPU {dev} cannot reach GPU {pdev} of rank {p} "
+                                     "peer-to-peer; use 'nccl'")
+        self._size = size
+        # Flags: [epoch, free_from[0..size), arrived_from[0..size)], a cudaMalloc of its
+        # own so that its IPC handle names exactly this buffer.
+        self._flags_mem = cupy.cuda.Memory(8 * (1 + 2 * size))
+        self._flags = self._flags_mem.ptr
+        rt.memset(self._flags, 0, 8 * (1 + 2 * size))
+        self._failed_host = rt.hostAlloc(4, _HOST_MAPPED)
+        ctypes.c_int.from_address(self._failed_host).value = 0
+        self._failed = rt.hostGetDevicePointer(self._failed_host, 0)
+        base = area.data.ptr
+        mine = {p: (rt.ipcGetMemHandle(base), rt.ipcGetMemHandle(self._flags),
+                    (recv[p].data.ptr - base) if p in recv else -1) for p in self.peers}
+        deadline = time.monotonic() + ctx.timeout
+        comm = ctx.comm
+        reqs = [comm.isend(mine[p], dest=p, tag=_TAG) for p in self.peers]
+        theirs = {}
+        for p in self.peers:
+            theirs[p] = recv_object(comm, p, _TAG, deadline, f"p2p set-up on rank {me}")
+        wait_requests(reqs, self.peers, deadline, f"p2p set-up on rank {me}")
+        self._opened = []
+        self._peer_flags, self._peer_dst = {}, {}
+        for p in self.peers:
+            area_h, flags_h, off = theirs[p]
+            fl = rt.ipcOpenMemHandle(flags_h)
+            self._opened.append(fl)
+            self._peer_flags[p] = fl
+            if p in self.send:
+                if off < 0:
+                    raise RuntimeError(f"p2p set-up on rank {me}: rank {p} expects nothing from us")
+                ar = rt.ipcOpenMemHandle(area_h)
+                self._opened.append(ar)
+                self._peer_dst[p] = ar + off
+        self._nbytes = {p: v.nbytes for p, v in self.send.items()}
+        self._budget = np.int64(ctx.timeout * 1e9)
+
+    def _free_slot(self, base: int, rank: int) -> np.uint64:
+        return np.uint64(base + 8 * (1 + rank))
+
+    def _arrived_slot(self, base: int, rank: int) -> np.uint64:
+        return np.uint64(base + 8 * (1 + self._size + rank))
+
+    def start(self) -> None:
+        import cupy
+
+        tick, post, wait = _kernels()
+        stream = cupy.cuda.get_current_stream()
+        me = self.ctx.rank
+        epoch = np.uint64(self._flags)
+        one = ((1,), (1,))
+        tick(*one, (epoch,))
+        for q in sorted(self.recv):  # our segment for q is free again (earlier reads are done)
+            post(*one, (epoch, self._free_slot(self._peer_flags[q], me)))
+        for p in sorted(self.send):
+            wait(*one, (epoch, self._free_slot(self._flags, p), self._budget, np.uint64(self._failed)))
+            cupy.cuda.runtime.memcpyAsync(self._peer_dst[p], self.send[p].data.ptr, self._nbytes[p], _DEFAULT,
+                                          stream.ptr)
+            post(*one, (epoch, self._arrived_slot(self._peer_flags[p], me)))
+        for q in sorted(self.recv):
+            wait(*one, (epoch, self._arrived_slot(self._flags, q), self._budget, np.uint64(self._failed)))
+
+    def wait(self, deadline) -> None:
+        """Nothing on the host: the receive segments are stream-ordered after the waits."""
+
+    def release(self) -> None:
+        import cupy
+
+        wait_stream(cupy.cuda.get_current_stream(), time.monotonic() + self.ctx.timeout,
+                    f"p2p halo exchange on rank {self.ctx.rank} with peer(s) {self.peers}")
+        self.check()
+
+    def check(self) -> None:
+        flag = ctypes.c_int.from_address(self._failed_host)
+        if flag.value:
+            flag.value = 0
+            raise PeerTimeoutError(f"p2p exchange on rank {self.ctx.rank}: peer(s) {self.peers} did not take "
+                                   f"part within {self.ctx.timeout:g} s (dead, hung, or in another exchange)")
+
+    def close(self) -> None:
+        import cupy
+
+        if self._flags_mem is None:
+            return
+        cupy.cuda.get_current_stream().synchronize()
+        for ptr in self._opened:
+            cupy.cuda.runtime.ipcCloseMemHandle(ptr)
+        self._opened = []
+        cupy.cuda.runtime.freeHost(self._failed_host)
+        self._flags_mem = None
