@@ -34,7 +34,7 @@ __all__ = ["P2PTransport"]
 
 _TAG = 7306
 _DEFAULT = 4  # cudaMemcpyDefault
-_HOST_MAPPED = 2  # cudaHostAllocMapped
+_HOST_MAPPED_PORTABLE = 3  # cudaHostAllocPortable | cudaHostAllocMapped
 
 _SOURCE = r"""
 extern "C" __global__ void p2p_tick(long long* epoch) { epoch[0] += 1; }
@@ -87,12 +87,16 @@ class P2PTransport(Transport):
         rt = cupy.cuda.runtime
         me, size = ctx.rank, ctx.comm.Get_size()
         dev = cupy.cuda.Device().id
+        ordinal = {cupy.cuda.Device(d).pci_bus_id: d for d in range(rt.getDeviceCount())}
         for p in self.peers:
             info = ctx.infos[p] if ctx.infos else None
             if info is not None and info.host != ctx.infos[me].host:
                 raise ValueError(f"transport 'p2p': rank {p} runs on another node ({info.host}); use 'nccl' or 'mpi'")
             if info is not None and info.device is not None:
-                pdev = rt.deviceGetByPCIBusId(info.device)
+                pdev = ordinal.get(info.device)
+                if pdev is None:
+                    raise ValueError(f"transport 'p2p': the GPU of rank {p} ({info.device}) is not visible here; "
+                                     "use 'nccl'")
                 if pdev != dev and not rt.deviceCanAccessPeer(dev, pdev):
                     raise ValueError(f"transport 'p2p': GPU {dev} cannot reach GPU {pdev} of rank {p} "
                                      "peer-to-peer; use 'nccl'")
@@ -102,9 +106,9 @@ class P2PTransport(Transport):
         self._flags_mem = cupy.cuda.Memory(8 * (1 + 2 * size))
         self._flags = self._flags_mem.ptr
         rt.memset(self._flags, 0, 8 * (1 + 2 * size))
-        self._failed_host = rt.hostAlloc(4, _HOST_MAPPED)
+        self._failed_host = rt.hostAlloc(4, _HOST_MAPPED_PORTABLE)
         ctypes.c_int.from_address(self._failed_host).value = 0
-        self._failed = rt.hostGetDevicePointer(self._failed_host, 0)
+        self._failed = self._failed_host  # unified addressing: the device sees it at the same address
         base = area.data.ptr
         mine = {p: (rt.ipcGetMemHandle(base), rt.ipcGetMemHandle(self._flags),
                     (recv[p].data.ptr - base) if p in recv else -1) for p in self.peers}
