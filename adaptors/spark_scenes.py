@@ -202,9 +202,12 @@ class SparkSceneRenderer(SceneRenderer):
         try:
             handles = w.run(pkg)
         except WorkerDiedError as e:
-            if not str(e).startswith("no worker daemon listens"):
+            from insitu.pool.daemon import pid_alive
+
+            if not str(e).startswith("no worker daemon listens") and pid_alive(w.pid):
                 raise
-            # The daemon died since the last step and never saw this package: start a new one.
+            # The daemon died (since the last step, or under this package): whatever the
+            # package did there died with it, so it can run again on a new daemon.
             self._workers.pop(device).close()
             w = self._worker(device)
             handles = w.run(pkg)
