@@ -183,35 +183,43 @@ def _frame_params(cam: Camera, width: int, height: int, near: float, far: float,
 class SurfaceRenderer:
     """Draws meshes into an offscreen framebuffer of `width` x `height`.
 
-    Keeps its GL objects between frames (a time loop renders the same size again).
-    `rasterizer` is one of :data:`RASTERIZERS`; ``"software"`` needs no OpenGL at all.
+    Keeps its GL objects between frames (a time loop renders the same size again); they
+    are made at the first frame that needs OpenGL, so device meshes under ``"auto"`` and
+    everything under ``"software"`` run without an EGL context. `rasterizer` is one of
+    :data:`RASTERIZERS`.
     """
 
     def __init__(self, width: int, height: int, rasterizer: str = "auto") -> None:
         if rasterizer not in RASTERIZERS:
             raise ValueError(f"rasterizer: expected one of {', '.join(RASTERIZERS)}, got {rasterizer!r}")
+        if int(width) != width or int(height) != height or width < 1 or height < 1:
+            raise ValueError(f"image size: expected positive integers, got {width}x{height}")
         self.rasterizer = rasterizer
+        self.width, self.height = int(width), int(height)
         self._soft_mesh = None  # device arrays handed out by mesh_buffers on the software path
-        if rasterizer == "software":
-            if int(width) != width or int(height) != height or width < 1 or height < 1:
-                raise ValueError(f"image size: expected positive integers, got {width}x{height}")
-            self.ctx = None
-            self.width, self.height = int(width), int(height)
-            return
-        from OpenGL import GL
-
-        self.ctx = get_context()
-        self.fb = Framebuffer(self.ctx, width, height)
-        self.width, self.height = self.fb.width, self.fb.height
-        self.program = _program(GL)
-        self.vao = GL.glGenVertexArrays(1)
-        self.buffers = GL.glGenBuffers(4)  # positions, normals, values, indices
-        self.cmap_texture = GL.glGenTextures(1)
+        self.ctx = None  # OpenGL, set up when first needed: device meshes under "auto" never need it
         self._cmap_name = None
         self._sizes = [0, 0, 0, 0]
         self._registered = [None, None, None, None]  # CUDA registrations of the buffers
         self._textures = None
         self._interop = None
+        if rasterizer == "gl":
+            self._gl()  # the context and the size check now, not at the first frame
+
+    def _gl(self):
+        """The GL module with this renderer's context current (made on first use)."""
+        from OpenGL import GL
+
+        if self.ctx is None:
+            ctx = get_context()
+            self.fb = Framebuffer(ctx, self.width, self.height)
+            self.ctx = ctx
+            self.program = _program(GL)
+            self.vao = GL.glGenVertexArrays(1)
+            self.buffers = GL.glGenBuffers(4)  # positions, normals, values, indices
+            self.cmap_texture = GL.glGenTextures(1)
+        self.ctx.make_current()
+        return GL
 
     def _upload(self, GL, slot: int, target, data: np.ndarray) -> None:
         if self._registered[slot] is not None:  # host data into a buffer CUDA shares: drop the share
@@ -256,9 +264,7 @@ class SurfaceRenderer:
                   background=background)
         if self._software(arrays.is_device_array(v)):
             return self._raster((v, f, n, s), len(f), **kw)
-        from OpenGL import GL
-
-        self.ctx.make_current()
+        GL = self._gl()
         on_device = arrays.is_device_array(v) and self.interop
         if arrays.is_device_array(v) and not on_device:  # no interop here: staged (counted)
             v, f, n = arrays.to_host(v), arrays.to_host(f), arrays.to_host(n)
@@ -297,9 +303,10 @@ class SurfaceRenderer:
 
     @property
     def interop(self) -> bool:
-        """Whether meshes and frames stay on the GPU (CUDA-GL interop)."""
-        if self.ctx is None:
+        """Whether meshes and frames can stay on the GPU through CUDA-GL interop."""
+        if self.rasterizer == "software":
             return False
+        self._gl()
         if self._interop is None:
             from .interop import interop_available
 
@@ -334,11 +341,9 @@ class SurfaceRenderer:
         if self.rasterizer != "gl":
             yield self._soft_buffers(nverts, nfaces, values)
             return
-        from OpenGL import GL
-
+        GL = self._gl()
         if not self.interop:
             raise RuntimeError(f"mesh_buffers: no CUDA-GL interop with this context ({self.ctx.renderer})")
-        self.ctx.make_current()
         specs = [(0, GL.GL_ARRAY_BUFFER, (nverts, 3), np.float32), (1, GL.GL_ARRAY_BUFFER, (nverts, 3), np.float32),
                  (2, GL.GL_ARRAY_BUFFER, (nverts,), np.float32), (3, GL.GL_ELEMENT_ARRAY_BUFFER, (nfaces, 3), np.int32)]
         if not values:
@@ -379,9 +384,7 @@ class SurfaceRenderer:
             if nfaces > len(self._soft_mesh[1]):
                 raise ValueError(f"draw: {nfaces} triangles, but mesh_buffers holds {len(self._soft_mesh[1])}")
             return self._raster(self._soft_mesh, nfaces, **kw)
-        from OpenGL import GL
-
-        self.ctx.make_current()
+        GL = self._gl()
         material = material or Material()
         if len(background) != 4:
             raise ValueError(f"background: expected premultiplied RGBA (4 values), got {list(background)}")
