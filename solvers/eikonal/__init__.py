@@ -78,8 +78,10 @@ def update_block(T, out, w, frozen, spacing: Sequence[float], *, iterations: int
 
         change = cupy.zeros(1, cupy.uint64)
         for it in range(iterations):
-            _gpu.sweep(T, out, w, frozen, hx, hy, hz, change, view if it == iterations - 1 else None, clip,
-                       tiles=tiles)
+            # With idle tiles skipped, every sweep writes the view of the tiles it visits: a
+            # tile woken by a refilled ghost face in the first sweep may sleep in the last.
+            last = it == iterations - 1 or tiles is not None
+            _gpu.sweep(T, out, w, frozen, hx, hy, hz, change, view if last else None, clip, tiles=tiles)
             T, out = out, T
         return T, out, change.view(cupy.float64)
     from . import _cpu
