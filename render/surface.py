@@ -139,6 +139,8 @@ def _check_mesh(verts, faces, normals, values):
     if f.ndim != 2 or f.shape[1] != 3 or f.dtype.kind not in "iu":
         raise ValueError(f"faces: expected integer indices of shape (F, 3), got {f.dtype} {tuple(f.shape)}")
     xp = arrays.get_array_module(v)
+    if xp is np and len(f) and (f.min() < 0 or f.max() >= len(v)):  # device meshes: not read back to check
+        raise ValueError(f"faces: indices must lie in [0, {len(v)}), got {f.min()}..{f.max()}")
     if f.dtype.kind == "u" or f.dtype.itemsize != 4:
         f = f.astype(xp.int32)
     if normals is None:

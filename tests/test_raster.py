@@ -100,6 +100,9 @@ def test_screen_filling_triangles_and_plane_depth():
 def test_rasterizer_name_is_checked():
     with pytest.raises(ValueError, match="rasterizer: expected one of auto, gl, software, got 'vulkan'"):
         SurfaceRenderer(8, 8, "vulkan")
+    with pytest.raises(ValueError, match=r"faces: indices must lie in \[0, 3\), got 0..3"):
+        render_mesh(np.zeros((3, 3), np.float32), np.int32([[0, 1, 3]]), np.zeros((3, 3), np.float32),
+                    rasterizer="software")
     with pytest.raises(ValueError, match="colormap name"):
         render_mesh(*uv_sphere(8, 4), np.zeros(8 * 5, np.float32), width=8, height=8, colormap="nope",
                     rasterizer="software")

@@ -90,13 +90,20 @@ __device__ __forceinline__ void cover(const RP& p, const Tri& t, unsigned int id
 }
 
 extern "C" __global__ void __launch_bounds__(256) vis_raster(const float* __restrict__ verts,
-        const int* __restrict__ faces, const long long nf, const RP p, const int w, const int h,
-        unsigned long long* __restrict__ keys) {
+        const int* __restrict__ faces, const long long nf, const long long nv, const RP p, const int w,
+        const int h, unsigned long long* __restrict__ keys) {
     const long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     const int lane = threadIdx.x & 31;
     bool live = t < nf;
     int c0 = 0, c1 = -1, r0 = 0, r1 = -1;
     Tri tri;
+    if (live) {
+        const int i0 = faces[3 * t], i1 = faces[3 * t + 1], i2 = faces[3 * t + 2];
+        // An index outside the vertices (caller's mesh) draws nothing rather than reading
+        // foreign memory; host meshes are checked with a clear error before this.
+        live = (unsigned long long)i0 < (unsigned long long)nv && (unsigned long long)i1 < (unsigned long long)nv
+               && (unsigned long long)i2 < (unsigned long long)nv;
+    }
     if (live) {
         const int i0 = faces[3 * t], i1 = faces[3 * t + 1], i2 = faces[3 * t + 2];
         float3 v[3];
@@ -234,8 +241,8 @@ def render(verts, faces, normals, values, params: dict, width: int, height: int,
     keys.fill(np.uint64(0xFFFFFFFFFFFFFFFF))
     nf = len(faces)
     if nf:
-        mod.get_function("vis_raster")((-(-nf // 256),), (256,), (verts, faces, np.int64(nf), rec, np.int32(width),
-                                                                   np.int32(height), keys))
+        mod.get_function("vis_raster")((-(-nf // 256),), (256,), (verts, faces, np.int64(nf), np.int64(len(verts)),
+                                                                   rec, np.int32(width), np.int32(height), keys))
     vals = values if values is not None else cupy.empty(1, cupy.float32)
     grid = (-(-width // 16), -(-height // 16))
     mod.get_function("vis_shade")(grid, (16, 16), (keys, verts, faces, normals, vals, rec, np.int32(width),

@@ -136,3 +136,18 @@ def test_cuda_rasterizer_big_triangles_and_near_clipping():
         diff = np.abs(cp.asnumpy(got[0]) - want[0]).max(axis=2)
         assert (diff <= 1.01 / 255).mean() >= 0.999
         np.testing.assert_allclose(cp.asnumpy(got[1]), want[1], rtol=1e-4)  # float32 on the GPU, float64 in Numba
+
+
+def test_cuda_rasterizer_skips_triangles_with_foreign_indices():
+    # A device mesh is not read back to check its indices; a triangle pointing past the
+    # vertices draws nothing instead of reading foreign memory.
+    quad = cp.asarray(np.float32([[-1, -1, 0], [1, -1, 0], [1, 1, 0], [-1, 1, 0]]))
+    normals = cp.asarray(np.tile(np.float32([0, 0, 1]), (4, 1)))
+    cam = Camera((0, 0, 3), (0, 0, 0), fov=40)
+    good = cp.asarray(np.int32([[0, 1, 2], [0, 2, 3]]))
+    bad = cp.asarray(np.int32([[0, 1, 2], [0, 2, 3], [0, 1, 1 << 30], [-5, 1, 2]]))
+    r = SurfaceRenderer(64, 48, "software")
+    want = r.render(quad, good, normals, camera=cam)
+    got = r.render(quad, bad, normals, camera=cam)
+    cp.testing.assert_array_equal(got[0], want[0])
+    cp.testing.assert_array_equal(got[1], want[1])
