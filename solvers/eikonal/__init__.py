@@ -61,8 +61,8 @@ def update_block(T, out, w, frozen, spacing: Sequence[float], *, iterations: int
         Receives ``min(T, clip)`` of the newest iterate (on the GPU written by the last
         sweep itself, without reading T again).
     clip : float
-    tiles : solvers.eikonal._gpu.ActiveTiles, optional
-        GPU only: visit only the tiles where something can change (same result).
+    tiles : ActiveTiles of solvers.eikonal._gpu (CuPy) or ._cpu (NumPy), optional
+        Visit only the tiles where something can change (the same result).
 
     Returns
     -------
@@ -88,7 +88,11 @@ def update_block(T, out, w, frozen, spacing: Sequence[float], *, iterations: int
 
     change = 0.0
     for _ in range(iterations):
-        change = max(change, float(_cpu.sweep(T, out, w, frozen, hx, hy, hz)))
+        if tiles is not None:
+            c = tiles.sweep(T, out, w, frozen, hx, hy, hz)
+        else:
+            c = _cpu.sweep(T, out, w, frozen, hx, hy, hz)
+        change = max(change, float(c))
         T, out = out, T
     if view is not None:
         np.minimum(T, clip, out=view, casting="same_kind")
@@ -134,9 +138,9 @@ class EikonalSolver:
         still ends when no node changes. Not faster on an H200 (the widening and
         rounding cost more than the bytes saved: docs/BENCHMARKS.md).
     skip_idle : bool
-        GPU: sweep only the tiles where something changed nearby in the previous sweep
-        (or a halo exchange refilled a ghost face next to them), as the fast iterative
-        method keeps an active list; the result is the full sweep's, bit for bit.
+        Sweep only the tiles where something changed nearby in the previous sweep (or a
+        halo exchange refilled a ghost face next to them), as the fast iterative method
+        keeps an active list; the result is the full sweep's, bit for bit.
     """
 
     def __init__(self, domain: Domain, speed, seeds, comm=None, *, xp=np, local_iters: int = 4,
@@ -158,7 +162,7 @@ class EikonalSolver:
         self.iteration = 0
         self._T, self._out, self._w, self._frozen = {}, {}, {}, {}
         self._views, self._clip = {}, math.inf
-        self._tiles = {}  # gid -> ActiveTiles (GPU, skip_idle)
+        self._tiles = {}  # gid -> ActiveTiles of the block's backend (skip_idle)
         g = domain.ghost
         for gid in domain.blocks_of(self.rank):
             b = domain.block(gid)
@@ -180,12 +184,13 @@ class EikonalSolver:
                 T, w, frozen = (arrays.to_device(a) for a in (T, w, frozen))
             self._T[gid], self._w[gid], self._frozen[gid] = T, w, frozen
             self._out[gid] = T.copy()
-            if skip_idle and xp is not np:
-                from ._gpu import ActiveTiles
+            if skip_idle:
+                from . import _cpu, _gpu
 
                 faces = [(a, d[a]) for d in domain.neighbors(gid) for a in range(3)
                          if d[a] != 0 and sum(x != 0 for x in d) == 1]
-                self._tiles[gid] = ActiveTiles(b.padded_shape, faces)
+                tiles = _cpu.ActiveTiles if isinstance(T, np.ndarray) else _gpu.ActiveTiles
+                self._tiles[gid] = tiles(b.padded_shape, faces)
         self._halo = HaloExchange(domain, comm, timeout=timeout)
         # Set up the exchange now, for both buffers of the ping-pong, so that ranks that
         # disagree fail here and the iteration loop makes no set-up transfers.

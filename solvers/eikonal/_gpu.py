@@ -198,13 +198,10 @@ class ActiveTiles:
         self.active = cupy.ones(self.shape, cupy.uint8)
         self.changed = cupy.zeros(self.shape, cupy.uint8)
         self.border = cupy.zeros(self.shape, cupy.uint8)
-        span = (self.chunk, self.tile[1], self.tile[0])
-        for axis, side in faces:
-            n, s = shape[axis], span[axis]
-            cut = [slice(None)] * 3
-            # The tiles holding the ghost layer and the first interior layer next to it.
-            cut[axis] = slice(0, 1 // s + 1) if side < 0 else slice((n - 2) // s, (n - 1) // s + 1)
-            self.border[tuple(cut)] = 1
+        from ._tiles import face_tiles
+
+        for cut in face_tiles(shape, faces, (self.chunk, self.tile[1], self.tile[0])):
+            self.border[cut] = 1
 
     def refilled(self) -> None:
         """Ghost faces were refilled by a halo exchange: wake the tiles next to them."""
