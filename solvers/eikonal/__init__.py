@@ -306,7 +306,7 @@ class EikonalSolver:
 
 
 def solve(speed, seeds, spacing: Sequence[float] = (1.0, 1.0, 1.0), *, tol: float = 0.0,
-          max_iter: int | None = None, local_iters: int = 8):
+          max_iter: int | None = None, local_iters: int = 8, skip_idle: bool = True):
     """Travel times from `seeds` through `speed` on one array.
 
     Parameters
@@ -318,6 +318,8 @@ def solve(speed, seeds, spacing: Sequence[float] = (1.0, 1.0, 1.0), *, tol: floa
     spacing : (3,) floats
     tol : float
         Stop when an iteration changes no node by more than this.
+    skip_idle : bool
+        As :class:`EikonalSolver`'s (the same answer either way).
 
     Returns
     -------
@@ -332,7 +334,8 @@ def solve(speed, seeds, spacing: Sequence[float] = (1.0, 1.0, 1.0), *, tol: floa
         seeds = arrays.to_host(seeds)
     if isinstance(seeds, np.ndarray) and seeds.dtype == np.bool_ and seeds.shape != sp.shape:
         raise ValueError(f"seeds: mask has shape {seeds.shape}, speed has shape {tuple(sp.shape)}")
-    s = EikonalSolver(dom, sp if xp is np else _DeviceSpeed(sp), seeds, xp=xp, local_iters=local_iters)
+    s = EikonalSolver(dom, sp if xp is np else _DeviceSpeed(sp), seeds, xp=xp, local_iters=local_iters,
+                      skip_idle=skip_idle)
     s.solve(tol, max_iter)
     T = s.blocks[0][1:-1, 1:-1, 1:-1]
     s.close()
