@@ -1,5 +1,6 @@
 """Rendering: marching cubes, volume ray casting, EGL/OpenGL, CUDA-GL interop, compositing.
 
-Empty until contouring (issue 4) and rendering (issue 5) land; the package exists so the
-layering is in place.
+Subpackages and modules: ``contour`` (marching cubes), ``surface`` (triangle meshes, through
+``gl`` + ``interop`` or the software rasterizer ``raster``), ``volume`` (ray casting),
+``composite`` (sort-last across ranks), ``camera``, ``colormap``, ``image`` (PNG, 8-bit frames).
 """

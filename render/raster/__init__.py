@@ -22,6 +22,7 @@ from ._params import vector
 
 __all__ = ["rasterize"]
 
+
 def rasterize(verts, faces, normals, values, params: dict, width: int, height: int):
     """Draw a mesh with the per-frame `params` (names of render/raster/_params.FIELDS).
 
