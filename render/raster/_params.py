@@ -1,13 +1,13 @@
-"""The per-frame scalars of the software rasterizer, laid out once.
-
-The Numba kernels read them from one float64 vector at the offsets below; the CUDA
-kernels get the same values as a float32 struct passed by value (a kernel argument, not
-a copy through the transfer gateway), declared from the same list.
+"""The per-frame scalars of the software rasterizer (laid out by render._layout): the
+Numba kernels read one float64 vector at the offsets below, the CUDA kernels one float32
+struct passed by value.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from .._layout import Layout
 
 __all__ = ["FIELDS", "OFF", "cuda_struct", "record", "vector"]
 
@@ -27,37 +27,20 @@ FIELDS: tuple[tuple[str, int], ...] = (
 )
 
 
-def _offsets() -> dict[str, int]:
-    out, n = {}, 0
-    for name, length in FIELDS:
-        out[name] = n
-        n += length
-    return out
-
-
-OFF = _offsets()
-_N = sum(n for _, n in FIELDS)
-_DTYPE = np.dtype([(name, "f4" if n == 1 else f"{n}f4") for name, n in FIELDS])
+_LAYOUT = Layout("RP", [("float", FIELDS)])
+(OFF,) = _LAYOUT.offsets
 
 
 def vector(values: dict) -> np.ndarray:
     """`values` (name -> scalar or sequence) as the Numba kernels' float64 vector."""
-    out = np.empty(_N)
-    for name, n in FIELDS:
-        out[OFF[name]:OFF[name] + n] = values[name]
-    return out
+    return _LAYOUT.vectors(values)[0]
 
 
 def record(values: dict) -> np.void:
     """`values` as one ``struct RP`` (:func:`cuda_struct`), passed by value."""
-    rec = np.zeros((), _DTYPE)
-    for name, _ in FIELDS:
-        rec[name] = values[name]
-    return rec[()]
+    return _LAYOUT.record(values)
 
 
 def cuda_struct() -> str:
     """The C declaration of ``struct RP``, field for field as :func:`record` lays it out."""
-    lines = [f"    float {name}{f'[{n}]' if n > 1 else ''};" for name, n in FIELDS]
-    return ("struct RP {\n" + "\n".join(lines) + "\n};\n"
-            f"static_assert(sizeof(RP) == {_DTYPE.itemsize}, \"RP layout\");\n")
+    return _LAYOUT.cuda_struct()

@@ -1,13 +1,13 @@
-"""The per-frame scalars both kernels take, laid out once.
-
-The CPU kernel reads them from a float64 and an int64 vector at the offsets below; the
-CUDA kernel gets the same values as a struct passed by value (a kernel argument, not a
-copy through the transfer gateway), its C declaration generated from the same list.
+"""The per-frame scalars both ray-casting kernels take (laid out by render._layout): the
+CPU kernel reads a float64 and an int64 vector at the offsets below, the CUDA kernel one
+struct passed by value.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from .._layout import Layout
 
 __all__ = ["DOUBLES", "INTS", "OFF", "IOFF", "cuda_struct", "pack", "record"]
 
@@ -31,44 +31,21 @@ INTS: tuple[tuple[str, int], ...] = (
 )
 
 
-def _offsets(fields) -> dict[str, int]:
-    out, n = {}, 0
-    for name, length in fields:
-        out[name] = n
-        n += length
-    return out
-
-
-OFF = _offsets(DOUBLES)
-IOFF = _offsets(INTS)
-_NDOUBLE = sum(n for _, n in DOUBLES)
-_NINT = sum(n for _, n in INTS)
-_DTYPE = np.dtype([(name, "f8" if n == 1 else f"{n}f8") for name, n in DOUBLES]
-                  + [(name, "i4" if n == 1 else f"{n}i4") for name, n in INTS], align=True)
+_LAYOUT = Layout("Params", [("double", DOUBLES), ("int", INTS)])
+OFF, IOFF = _LAYOUT.offsets
 
 
 def pack(values: dict) -> tuple[np.ndarray, np.ndarray]:
     """The float64 and int64 vectors of `values` (name -> scalar or sequence) for the CPU kernel."""
-    fp, ip = np.empty(_NDOUBLE), np.empty(_NINT, np.int64)
-    for name, n in DOUBLES:
-        fp[OFF[name]:OFF[name] + n] = values[name]
-    for name, n in INTS:
-        ip[IOFF[name]:IOFF[name] + n] = values[name]
+    fp, ip = _LAYOUT.vectors(values)
     return fp, ip
 
 
 def record(values: dict) -> np.void:
     """`values` as one C struct (``struct Params`` of :func:`cuda_struct`), passed by value."""
-    rec = np.zeros((), _DTYPE)
-    for name, _ in DOUBLES + INTS:
-        rec[name] = values[name]
-    return rec[()]
+    return _LAYOUT.record(values)
 
 
 def cuda_struct() -> str:
     """The C declaration of ``struct Params``, field for field as :func:`record` lays it out."""
-    lines = [f"    {c} {name}{f'[{n}]' if n > 1 else ''};"
-             for c, fields in (("double", DOUBLES), ("int", INTS)) for name, n in fields]
-    # The assert catches a layout that drifted from the NumPy record's.
-    return ("struct Params {\n" + "\n".join(lines) + "\n};\n"
-            f"static_assert(sizeof(Params) == {_DTYPE.itemsize}, \"Params layout\");\n")
+    return _LAYOUT.cuda_struct()
