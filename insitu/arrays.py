@@ -42,6 +42,7 @@ __all__ = [
     "no_host_transfers",
     "pinned_empty",
     "scalar_to_host",
+    "scalars_to_host",
     "select_device",
     "to_device",
     "to_host",
@@ -353,6 +354,24 @@ def scalar_to_host(x) -> float | int:
     v = d.reshape(()).item()
     _count("scalar", d.nbytes)
     return v
+
+
+def scalars_to_host(x, limit: int = 64) -> list:
+    """Read a few values (a 1-D array of at most `limit`) to the host in one copy.
+
+    Each value counts as a scalar read, as if read by :func:`scalar_to_host`; the
+    device is waited for once instead of once per value. Host values come back as
+    Python numbers, uncounted.
+    """
+    if not is_device_array(x):
+        return np.asarray(x).reshape(-1).tolist()
+    d = asarray(x)
+    if d.ndim != 1 or d.size > limit:
+        raise ValueError(f"scalars_to_host: expected a 1-D array of at most {limit} values, got shape {d.shape}")
+    vals = d.get().tolist()
+    for _ in vals:
+        _count("scalar", d.itemsize)
+    return vals
 
 
 def pinned_empty(shape, dtype) -> np.ndarray:

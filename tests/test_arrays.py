@@ -245,3 +245,9 @@ def test_pinned_empty_shape_and_dtype(shape, dtype):
     assert a.flags.c_contiguous and a.flags.writeable
     a[...] = 3
     assert np.all(a == 3)
+
+
+def test_scalars_to_host_of_host_values_is_uncounted():
+    with arrays.count_transfers() as counted:
+        assert arrays.scalars_to_host(np.array([3, -1, 7], np.int64)) == [3, -1, 7]
+    assert counted.scalar_reads == 0

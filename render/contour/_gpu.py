@@ -1,11 +1,16 @@
-"""CUDA kernels of the segmented marching cubes: the algorithm of _cpu.py, one thread per
-segment. Threads of a 32 x 8 tile cover neighbouring (k, j) and walk along axis 0 in
-step, so their loads coalesce; plane masks roll in registers, so each sample is loaded
-about once per pass from memory (the overlapping neighbours are cache hits).
+"""CUDA kernels of the segmented marching cubes: the algorithm and numbering of _cpu.py.
 
-Pass 2 is split: the segment walk writes faces and, per vertex, its packed edge; a flat
-kernel then computes the vertices one per thread (the gradients need many registers,
-which would starve the walk of occupancy).
+A warp holds 32 consecutive points along k of a few rows j and walks one chunk of planes
+along axis 0; each sample is loaded once per warp (coalesced, issued planes ahead) and
+turned into one bit of a ballot, so a point's neighbours are neighbouring bits and the
+cube cases, crossed edges and their counts come from bit operations on the masks. A
+plane where no bit within reach differs is stepped over after its loads.
+
+Pass 1 (mc_count) counts vertices and triangles per segment, and the totals in 64 bits;
+pass 2 (mc_walk) writes faces and, per vertex, its packed edge; a flat kernel
+(mc_vertex) then computes the vertices one per thread (the gradients need registers
+that would starve the walk of occupancy). The walk skips warps whose segments have
+nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import functools
 
 import numpy as np
 
-from ._tables import CORNERS
+from ._tables import CORNERS, EDGE_AXIS, EDGE_BASE
 
 _TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtype(np.uint8): "unsigned char",
           np.dtype(np.int8): "signed char", np.dtype(np.uint16): "unsigned short", np.dtype(np.int16): "short",
@@ -24,6 +29,11 @@ _SOURCE = r"""
 #define CORNER0 {%(c0)s}
 #define CORNER1 {%(c1)s}
 #define CORNER2 {%(c2)s}
+#define EDGE_I {%(e0)s}
+#define EDGE_J {%(e1)s}
+#define EDGE_K {%(e2)s}
+#define EDGE_A {%(ea)s}
+#define FULL 0xFFFFFFFFu
 
 struct Vol { long long s0, s1, s2; int elo[3], ehi[3]; };  // strides; samples gradients use
 struct Box { int lo0, lo1, lo2, hi0, hi1, hi2, chunk; };
@@ -33,108 +43,164 @@ __device__ __forceinline__ double at(const T* v, const Vol& g, int i, int j, int
     return (double)v[i * g.s0 + j * g.s1 + k * g.s2];
 }
 
-// Which points (i, j + dj, k + dk) of a plane lie in the box: bit 3 * dj + dk, (2, 2) left out.
-__device__ __forceinline__ unsigned box_ok(int j, int k, const Box& b) {
-    unsigned ok = 0;
-    #pragma unroll
-    for (int dj = 0; dj < 3; ++dj)
-        #pragma unroll
-        for (int dk = 0; dk < 3; ++dk)
-            if (dj + dk < 4 && j + dj <= b.hi1 && k + dk <= b.hi2) ok |= 1u << (3 * dj + dk);
-    return ok;
-}
-
-template <typename T>
-__device__ __forceinline__ bool finite(T) { return true; }  // integer samples
-template <>
-__device__ __forceinline__ bool finite<float>(float x) { return isfinite(x); }
-template <>
-__device__ __forceinline__ bool finite<double>(double x) { return isfinite(x); }
-
 template <typename T>
 __device__ __forceinline__ bool above(T x, double level, float) { return (double)x > level; }
 // float samples compare in float against the largest float <= level: the same answer.
 template <>
 __device__ __forceinline__ bool above<float>(float x, double, float levelf) { return x > levelf; }
 
-// Inside bits of the plane's points (j + dj, k + dk), dj, dk < R, that `ok` selects; p
-// points at (i, j, k). Neighbouring threads load the same samples: cache hits.
-template <typename T, int R>
-__device__ __forceinline__ unsigned plane_mask(const T* p, long long s1, long long s2, unsigned ok, double level,
-                                               float levelf) {
-    unsigned m = 0;
+// NaN or inf in x turns acc into NaN (0 * inf is NaN); integer samples are always finite.
+template <typename T>
+__device__ __forceinline__ void taint(T, float&) {}
+template <>
+__device__ __forceinline__ void taint<float>(float x, float& acc) { acc = fmaf(x, 0.0f, acc); }
+template <>
+__device__ __forceinline__ void taint<double>(double x, float& acc) { acc += (float)(x * 0.0); }
+
+template <bool B>
+struct Bool { static constexpr bool value = B; };
+
+// A warp holds 32 consecutive points along k (lane l: k0 + l) of NR consecutive rows j of
+// one plane as NR ballots: bit l of M[r] = sample (i, j0 + r, k0 + l) above the level.
+// Every sample is loaded once per warp, coalesced; a point's neighbours along k are the
+// next bit. The loads of a plane are issued planes ahead of its ballots, into buffers
+// that alternate (copying a buffer would wait for its loads). F: every row and lane of
+// the warp lies in the box (no per-sample tests).
+template <typename T, int NR>
+struct Rows { T x[NR]; };
+
+template <bool F, typename T, int NR>
+__device__ __forceinline__ void load_rows(const T* p, long long s1, int nrow, bool kin, Rows<T, NR>& q) {
     #pragma unroll
-    for (int dj = 0; dj < R; ++dj)
-        #pragma unroll
-        for (int dk = 0; dk < R; ++dk) {
-            const int bit = 3 * dj + dk;
-            if (dj + dk < 4 && ((ok >> bit) & 1u) && above(p[dj * s1 + dk * s2], level, levelf)) m |= 1u << bit;
-        }
-    return m;
+    for (int r = 0; r < NR; ++r) q.x[r] = F || (r < nrow && kin) ? p[r * s1] : T(0);
 }
 
-// Crossed-edge bits (axis 0, 1, 2) at point (i, j + dj, k + dk): P is plane i, Pn plane i + 1.
-__device__ __forceinline__ int cross(unsigned P, unsigned Pn, int dj, int dk, bool xok, unsigned ok) {
-    const int s = 3 * dj + dk;
-    if (!((ok >> s) & 1u)) return 0;
-    const unsigned in = (P >> s) & 1u;
-    int r = 0;
-    if (xok && in != ((Pn >> s) & 1u)) r |= 1;
-    if (((ok >> (s + 3)) & 1u) && in != ((P >> (s + 3)) & 1u)) r |= 2;
-    if (((ok >> (s + 1)) & 1u) && in != ((P >> (s + 1)) & 1u)) r |= 4;
-    return r;
+template <bool F, typename T, int NR>
+__device__ __forceinline__ void ballot_rows(const Rows<T, NR>& q, int nrow, bool kin, double level, float levelf,
+                                            unsigned* M) {
+    #pragma unroll
+    for (int r = 0; r < NR; ++r) M[r] = __ballot_sync(FULL, (F || (r < nrow && kin)) && above(q.x[r], level, levelf));
 }
 
-__device__ __forceinline__ int cube_case(unsigned P, unsigned Pn) {
+// The inside bits of cube (i, j, k) at lane l from the masks of rows j, j + 1 of planes
+// i (M0, M1) and i + 1 (N0, N1): bit 4 di + 2 dj + dk for corner (di, dj, dk).
+__device__ __forceinline__ int quad(unsigned M0, unsigned M1, unsigned N0, unsigned N1, int l) {
+    return ((M0 >> l) & 3u) | (((M1 >> l) & 3u) << 2) | (((N0 >> l) & 3u) << 4) | (((N1 >> l) & 3u) << 6);
+}
+
+// The marching-cubes case (bit n: corner n of CORNERS inside) of quad() bits q.
+__device__ __forceinline__ int case_of(int q) {
     const int c0[8] = CORNER0, c1[8] = CORNER1, c2[8] = CORNER2;
     int c = 0;
     #pragma unroll
     for (int n = 0; n < 8; ++n)
-        if ((((c0[n] ? Pn : P) >> (3 * c1[n] + c2[n])) & 1u)) c |= 1 << n;
+        if ((q >> (4 * c0[n] + 2 * c1[n] + c2[n])) & 1) c |= 1 << n;
     return c;
 }
 
-#define SEGMENT                                                                         \
-    const int m1 = b.hi1 - b.lo1 + 1, m2 = b.hi2 - b.lo2 + 1;                           \
-    const int r2 = blockIdx.x * blockDim.x + threadIdx.x, r1 = blockIdx.y * blockDim.y + threadIdx.y; \
-    if (r1 >= m1 || r2 >= m2) return;                                                   \
-    const int c = blockIdx.z, j = b.lo1 + r1, k = b.lo2 + r2;                           \
-    const int i0 = b.lo0 + c * b.chunk, i1 = min(i0 + b.chunk - 1, b.hi0);              \
-    const long long seg = ((long long)c * m1 + r1) * m2 + r2;
-
-template <typename T>
-__global__ void __launch_bounds__(256) mc_count(const T* __restrict__ v, const Vol g, const Box b,
+// A segment is a run of at most b.chunk points along axis 0 at one (j, k): segment
+// ((c * m1) + j - lo1) * m2 + k - lo2 for chunk c. Pass 1: a warp counts the vertices
+// (crossed edges starting at its points) and triangles of the segments of R rows
+// j0 .. j0 + R - 1 and the 31 points k0 .. k0 + 30 (lane 31 only lends its samples),
+// walking the chunk's planes; planes where the warp's samples all lie on one side cost
+// the loads and ballots only. Every sample of the box is also tested for NaN and inf.
+template <typename T, int R, int MINB>
+__global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, const Vol g, const Box b,
         const double level, const float levelf, const signed char* __restrict__ ntri, int* nvert_out,
-        int* ntri_out, unsigned int* bad) {
-    SEGMENT
-    const unsigned ok = box_ok(j, k, b) & 0x1Bu;  // (0,0) (0,1) (1,0) (1,1)
-    const bool cube = j < b.hi1 && k < b.hi2;
-    const T* p = v + i0 * g.s0 + j * g.s1 + k * g.s2;
-    int nv = 0, nt = 0;
-    bool all_finite = true;
-    unsigned P = plane_mask<T, 2>(p, g.s1, g.s2, ok, level, levelf);
-    for (int i = i0; i <= i1; ++i, p += g.s0) {
-        all_finite &= finite(p[0]);
-        const bool xok = i < b.hi0;
-        const unsigned Pn = xok ? plane_mask<T, 2>(p + g.s0, g.s1, g.s2, ok, level, levelf) : 0u;
-        if (P != Pn || (P != 0u && P != ok)) {  // else all of them on one side: nothing crossed
-            nv += __popc(cross(P, Pn, 0, 0, xok, ok));
-            if (xok && cube) nt += ntri[cube_case(P, Pn)];
+        int* ntri_out, unsigned long long* stats) {
+    __shared__ unsigned char s_ntri[256];  // by quad() bits
+    const int tid = threadIdx.y * 32 + threadIdx.x;
+    for (int q = tid; q < 256; q += blockDim.x * blockDim.y) s_ntri[q] = ntri[case_of(q)];
+    __syncthreads();
+    const int lane = threadIdx.x;
+    // The 8 warps of a block take consecutive row groups (they share the rows between).
+    const int j0 = b.lo1 + R * (blockIdx.x * blockDim.y + threadIdx.y);
+    const int k = b.lo2 + 31 * blockIdx.y + lane;
+    if (j0 > b.hi1 || k - lane > b.hi2) return;
+    const int m1 = b.hi1 - b.lo1 + 1, m2 = b.hi2 - b.lo2 + 1;
+    const bool kin = k <= b.hi2, own = kin && lane < 31;
+    const int nrow = min(R + 1, b.hi1 - j0 + 1);  // rows j0 + r that exist
+    const unsigned U = __ballot_sync(FULL, kin), K2 = __ballot_sync(FULL, lane < 31 && k < b.hi2);
+    const int c = blockIdx.z, i0 = b.lo0 + c * b.chunk, i1 = min(i0 + b.chunk - 1, b.hi0);
+    const long long s0 = g.s0, s1 = g.s1;
+    const T* p = v + i0 * s0 + j0 * s1 + (long long)k * g.s2;
+    int nv[R], nt[R];
+    #pragma unroll
+    for (int r = 0; r < R; ++r) nv[r] = nt[r] = 0;
+    float acc = 0.0f;
+    auto run = [&](auto full) {
+        constexpr bool F = decltype(full)::value;
+        const unsigned u = F ? FULL : U;
+        unsigned M[R + 1], N[R + 1];
+        Rows<T, R + 1> q1, q2;  // planes i + 1, i + 2 in flight
+        load_rows<F>(p, s1, nrow, kin, q1);
+        #pragma unroll
+        for (int r = 0; r <= R; ++r) taint(q1.x[r], acc);
+        ballot_rows<F>(q1, nrow, kin, level, levelf, M);
+        if (i0 + 1 <= b.hi0) load_rows<F>(p + s0, s1, nrow, kin, q1);
+        if (i0 + 2 <= b.hi0 && i0 + 1 <= i1) load_rows<F>(p + 2 * s0, s1, nrow, kin, q2);
+        // Plane i + 1 comes from q, which then takes plane i + 3.
+        auto step = [&](const int i, Rows<T, R + 1>& q) {
+            const bool xok = i < b.hi0;
+            if (xok) {
+                #pragma unroll
+                for (int r = 0; r <= R; ++r) taint(q.x[r], acc);
+                ballot_rows<F>(q, nrow, kin, level, levelf, N);
+            } else {
+                #pragma unroll
+                for (int r = 0; r <= R; ++r) N[r] = M[r];  // no plane i + 1: no axis-0 edge, no cube
+            }
+            if (i + 3 <= b.hi0 && i + 2 <= i1) load_rows<F>(p + 3 * s0, s1, nrow, kin, q);
+            const unsigned z = M[0] & u;
+            unsigned d = 0u;
+            #pragma unroll
+            for (int r = 0; r <= R; ++r)
+                if (F || r < nrow) d |= (M[r] ^ z) | (N[r] ^ z);
+            if ((d & u) != 0u || (z != 0u && z != u)) {  // else every sample on one side: nothing crossed
+                #pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    if (!F && r >= nrow) continue;
+                    const bool jn = F || r + 1 < nrow;  // j < hi1
+                    const unsigned x0 = M[r] ^ N[r], x1 = jn ? M[r] ^ M[r + 1] : 0u;
+                    const unsigned x2 = (M[r] ^ (M[r] >> 1)) & K2;
+                    nv[r] += ((x0 >> lane) & 1u) + ((x1 >> lane) & 1u) + ((x2 >> lane) & 1u);
+                    if (xok && jn && ((K2 >> lane) & 1u))
+                        nt[r] += s_ntri[quad(M[r], M[r + 1], N[r], N[r + 1], lane)];
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r <= R; ++r) M[r] = N[r];
+            p += s0;
+        };
+        for (int i = i0; i <= i1; i += 2) {
+            step(i, q1);
+            if (i + 1 > i1) break;
+            step(i + 1, q2);
         }
-        P = Pn;
+    };
+    if (nrow == R + 1 && U == FULL) run(Bool<true>()); else run(Bool<false>());
+    if (own) {
+        #pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (r >= nrow) continue;
+            const long long seg = ((long long)c * m1 + j0 + r - b.lo1) * m2 + k - b.lo2;
+            nvert_out[seg] = nv[r];
+            ntri_out[seg] = nt[r];
+        }
     }
-    nvert_out[seg] = nv;
-    ntri_out[seg] = nt;
-    if (!all_finite) atomicAdd(bad, 1u);
-}
-
-// The segments with a vertex or a triangle, in order: list[flags_scan[s] - 1] = s.
-template <typename I>
-__global__ void mc_compact(const I* __restrict__ nvert, const I* __restrict__ ntri_seg,
-                           const I* __restrict__ scan, const long long nseg, I* __restrict__ list) {
-    for (long long s = blockIdx.x * (long long)blockDim.x + threadIdx.x; s < nseg;
-         s += (long long)gridDim.x * blockDim.x)
-        if (nvert[s] != 0 || ntri_seg[s] != 0) list[scan[s] - 1] = (I)s;
+    // stats: warps that met NaN or inf, vertices, triangles (exact: the caller's scans are int32)
+    unsigned sv = 0u, st = 0u;
+    #pragma unroll
+    for (int r = 0; r < R; ++r)
+        if (own && r < nrow) { sv += nv[r]; st += nt[r]; }
+    sv = __reduce_add_sync(FULL, sv);
+    st = __reduce_add_sync(FULL, st);
+    const bool nan = __ballot_sync(FULL, acc != acc) != 0u;
+    if (lane == 0) {
+        if (nan) atomicAdd(stats, 1ull);
+        if (sv) atomicAdd(stats + 1, (unsigned long long)sv);
+        if (st) atomicAdd(stats + 2, (unsigned long long)st);
+    }
 }
 
 // A vertex's edge packed: point (i, j, k) and axis a.
@@ -142,79 +208,153 @@ __device__ __forceinline__ long long pack(int i, int j, int k, int a) {
     return ((long long)i << 42) | ((long long)j << 22) | ((long long)k << 2) | a;
 }
 
-// Faces, and the edge of each vertex the segment owns (positions come in mc_vertex, one
-// thread per vertex: the walk stays light on registers).
-template <typename T>
-__global__ void __launch_bounds__(256) mc_walk(const T* __restrict__ v, const Vol g, const Box b,
-        const double level, const float levelf, const int* __restrict__ active, const int* __restrict__ nactive,
-        const int* __restrict__ nvert, const int* __restrict__ ntri_seg, const long long* __restrict__ vincl, const long long* __restrict__ tincl,
+// Crossed-edge bits of every lane's points in rows j, j + 1 of a plane, per axis: X[dj][a]
+// bit l for edge (j + dj, k0 + l) + axis a. P, Q: masks of rows j .. j + 2 of this plane
+// and the next one (xok: the next one exists).
+__device__ __forceinline__ void crossings(const unsigned* P, const unsigned* Q, bool xok, int nrow, unsigned K2,
+                                          unsigned X[2][3]) {
+    #pragma unroll
+    for (int dj = 0; dj < 2; ++dj) {
+        X[dj][0] = xok ? P[dj] ^ Q[dj] : 0u;
+        X[dj][1] = dj + 1 < nrow ? P[dj] ^ P[dj + 1] : 0u;
+        X[dj][2] = (P[dj] ^ (P[dj] >> 1)) & K2;
+    }
+}
+
+// Bits (axis 0, 1, 2) of the edges starting at lane s's point of one row.
+__device__ __forceinline__ int edge_bits(const unsigned* X, int s) {
+    return ((X[0] >> s) & 1u) | (((X[1] >> s) & 1u) << 1) | (((X[2] >> s) & 1u) << 2);
+}
+
+// Pass 2: faces, and the edge of each vertex a segment owns (positions come in mc_vertex,
+// one thread per vertex). A warp walks the segments of one row j and 30 points k0 .. k0 +
+// 29 (lanes 30, 31 lend samples), keeping for each its running vertex numbers in the four
+// segments (j + dj, k + dk) whose vertices its cubes use; warps whose segments have
+// nothing leave at once, planes with no crossed edge in reach are stepped over. Vertex
+// and face numbers fit int32 (checked by the caller).
+template <typename T, int MINB>
+__global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, const Vol g, const Box b,
+        const double level, const float levelf, const int* __restrict__ nvert, const int* __restrict__ ntri_seg,
+        const int* __restrict__ vincl, const int* __restrict__ tincl,
         const signed char* __restrict__ ntri, const signed char* __restrict__ tri,
-        const signed char* __restrict__ edge, int* __restrict__ faces, long long* __restrict__ vedge) {
-    // One thread per active segment (listed by mc_compact, in segment order, so neighbours
-    // in a warp are mostly neighbours in k): warps are not held up by empty segments.
-    const long long tid = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (tid >= *nactive) return;
-    const long long seg = active[tid];
+        int* __restrict__ faces, long long* __restrict__ vedge) {
+    __shared__ unsigned char s_case[256], s_ntri[256];  // case by quad() bits; triangles by case
+    __shared__ __align__(16) unsigned char s_tri[256 * 16];  // a case's 15 triangle edges in 16 bytes
+    __shared__ int s_vid[12 * 256];  // vertex number per cube edge, per thread
+    const int tid = threadIdx.y * 32 + threadIdx.x;
+    for (int q = tid; q < 256; q += 256) { s_case[q] = (unsigned char)case_of(q); s_ntri[q] = ntri[q]; }
+    for (int q = tid; q < 256 * 16; q += 256) s_tri[q] = (q & 15) < 15 ? (unsigned char)tri[15 * (q >> 4) + (q & 15)] : 0;
+    __syncthreads();
+    const int lane = threadIdx.x;
     const int m1 = b.hi1 - b.lo1 + 1, m2 = b.hi2 - b.lo2 + 1;
-    const int r2 = (int)(seg %% m2), r1 = (int)((seg / m2) %% m1), c = (int)(seg / ((long long)m1 * m2));
-    const int j = b.lo1 + r1, k = b.lo2 + r2;
-    const int i0 = b.lo0 + c * b.chunk, i1 = min(i0 + b.chunk - 1, b.hi0);
-    const unsigned ok = box_ok(j, k, b);
-    const bool cube = j < b.hi1 && k < b.hi2;
-    long long cnt[4];
-    int B[4], Bn[4];
+    // The 8 warps of a block take consecutive rows: each loads rows j .. j + 2, so most
+    // of their loads hit in L1.
+    const int r1 = blockIdx.x * blockDim.y + threadIdx.y, j = b.lo1 + r1;
+    const int r2 = 30 * blockIdx.y + lane, k = b.lo2 + r2;
+    if (j > b.hi1 || k - lane > b.hi2) return;
+    const bool kin = k <= b.hi2, own = kin && lane < 30;
+    const int c = blockIdx.z, i0 = b.lo0 + c * b.chunk, i1 = min(i0 + b.chunk - 1, b.hi0);
+    const long long seg = ((long long)c * m1 + r1) * m2 + r2;
+    if (!__any_sync(FULL, own && (nvert[seg] | ntri_seg[seg]))) return;
+    const int nrow = min(3, b.hi1 - j + 1);
+    const unsigned K2 = __ballot_sync(FULL, lane < 31 && k < b.hi2);
+    const bool cube_jk = own && j < b.hi1 && k < b.hi2;
+    int cnt[4], t = 0;
     #pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const long long s = seg + (r >> 1) * m2 + (r & 1);
-        cnt[r] = ((ok >> (3 * (r >> 1) + (r & 1))) & 1u) ? vincl[s] - nvert[s] : 0;
+        const int dj = r >> 1, dk = r & 1;
+        const long long s = seg + dj * m2 + dk;
+        cnt[r] = own && j + dj <= b.hi1 && k + dk <= b.hi2 ? vincl[s] - nvert[s] : 0;
     }
-    const T* p = v + i0 * g.s0 + j * g.s1 + k * g.s2;
-    unsigned P = plane_mask<T, 3>(p, g.s1, g.s2, ok, level, levelf);
-    unsigned Pn = i0 < b.hi0 ? plane_mask<T, 3>(p + g.s0, g.s1, g.s2, ok, level, levelf) : 0u;
-    #pragma unroll
-    for (int r = 0; r < 4; ++r) B[r] = cross(P, Pn, r >> 1, r & 1, i0 < b.hi0, ok);
-    long long t = tincl[seg] - ntri_seg[seg];
-    for (int i = i0; i <= i1; ++i, p += g.s0) {
-        long long n = cnt[0];
-        #pragma unroll
-        for (int a = 0; a < 3; ++a)
-            if ((B[0] >> a) & 1) vedge[n++] = pack(i, j, k, a);
-        if (i < b.hi0) {
-            const bool xok = i + 1 < b.hi0;
-            const unsigned Pnn = xok ? plane_mask<T, 3>(p + 2 * g.s0, g.s1, g.s2, ok, level, levelf) : 0u;
-            #pragma unroll
-            for (int r = 0; r < 4; ++r) Bn[r] = cross(Pn, Pnn, r >> 1, r & 1, xok, ok);
-            if (cube) {
-                const int cs = cube_case(P, Pn);
-                const int ne = 3 * ntri[cs];
-                for (int e = 0; e < ne; ++e) {
-                    const int le = tri[15 * cs + e];
-                    const int a = edge[4 * le + 3], dj = edge[4 * le + 1], dk = edge[4 * le + 2];
-                    const int r = 2 * dj + dk;
-                    long long id;
-                    if (edge[4 * le] == 0) {
-                        id = cnt[r] + __popc(B[r] & ((1 << a) - 1));
-                    } else {
-                        long long base = cnt[r] + __popc(B[r]);
-                        if (i == i1) {  // the next plane starts the next segment
-                            const long long s = seg + (long long)m1 * m2 + dj * m2 + dk;
-                            base = vincl[s] - nvert[s];
-                        }
-                        id = base + __popc(Bn[r] & ((1 << a) - 1));
-                    }
-                    faces[3 * t + e] = (int)id;
+    if (own) t = tincl[seg] - ntri_seg[seg];
+    const long long s0 = g.s0, s1 = g.s1;
+    const T* p = v + i0 * s0 + j * s1 + (long long)k * g.s2;
+    const int eb0[12] = EDGE_I, eb1[12] = EDGE_J, eb2[12] = EDGE_K, ea[12] = EDGE_A;
+    auto run = [&](auto full) {
+        constexpr bool F = decltype(full)::value;
+        const int nr = F ? 3 : nrow;
+        unsigned A[3], Bm[3] = {0u, 0u, 0u}, Cm[3] = {0u, 0u, 0u}, XP[2][3], XN[2][3];
+        Rows<T, 3> q0, q1, q2, q3, q4;  // q3, q4: planes i + 3, i + 4 in flight
+        // The first planes' loads all go out before any is waited for.
+        load_rows<F>(p, s1, nr, kin, q0);
+        if (i0 + 1 <= b.hi0) load_rows<F>(p + s0, s1, nr, kin, q1);
+        if (i0 + 2 <= b.hi0) load_rows<F>(p + 2 * s0, s1, nr, kin, q2);
+        if (i0 + 3 <= b.hi0 && i0 + 1 <= i1) load_rows<F>(p + 3 * s0, s1, nr, kin, q3);
+        if (i0 + 4 <= b.hi0 && i0 + 2 <= i1) load_rows<F>(p + 4 * s0, s1, nr, kin, q4);
+        ballot_rows<F>(q0, nr, kin, level, levelf, A);
+        if (i0 + 1 <= b.hi0) ballot_rows<F>(q1, nr, kin, level, levelf, Bm);
+        if (i0 + 2 <= b.hi0) ballot_rows<F>(q2, nr, kin, level, levelf, Cm);
+        crossings(A, Bm, i0 < b.hi0, nr, K2, XP);
+        auto step = [&](const int i, Rows<T, 3>& q) {
+            crossings(Bm, Cm, i + 1 < b.hi0, nr, K2, XN);
+            // Every edge of the lanes' cubes and of their points: plane i all axes, plane
+            // i + 1 along j and k (bits up to 30: lanes 0..29 and their k + 1 neighbours).
+            const unsigned any = XP[0][0] | XP[0][1] | XP[0][2] | XP[1][0] | XP[1][1] | XP[1][2] | XN[0][1]
+                               | XN[0][2] | XN[1][1] | XN[1][2];
+            if (any & 0x7FFFFFFFu) {
+                int B[4], Bn[4];
+                #pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int s = (lane + (r & 1)) & 31;
+                    B[r] = edge_bits(XP[r >> 1], s);
+                    Bn[r] = edge_bits(XN[r >> 1], s);
                 }
-                t += ne / 3;
+                if (own) {
+                    int n = cnt[0];
+                    #pragma unroll
+                    for (int a = 0; a < 3; ++a)
+                        if ((B[0] >> a) & 1) vedge[n++] = pack(i, j, k, a);
+                    if (cube_jk && i < b.hi0) {
+                        const int cs = s_case[quad(A[0], A[1], Bm[0], Bm[1], lane)];
+                        const int nt = s_ntri[cs];
+                        if (nt) {
+                            int nb[4];  // first vertex of plane i + 1 in the four segments
+                            #pragma unroll
+                            for (int r = 0; r < 4; ++r) {
+                                if (i == i1) {  // the next plane starts the next chunk's segments
+                                    const long long s = seg + (long long)m1 * m2 + (r >> 1) * m2 + (r & 1);
+                                    nb[r] = vincl[s] - nvert[s];
+                                } else {
+                                    nb[r] = cnt[r] + __popc(B[r]);
+                                }
+                            }
+                            #pragma unroll
+                            for (int e = 0; e < 12; ++e) {
+                                const int r = 2 * eb1[e] + eb2[e], below = (1 << ea[e]) - 1;
+                                s_vid[e * 256 + tid] = eb0[e] ? nb[r] + __popc(Bn[r] & below)
+                                                              : cnt[r] + __popc(B[r] & below);
+                            }
+                            const uint4 row = *reinterpret_cast<const uint4*>(s_tri + 16 * cs);
+                            const unsigned w[4] = {row.x, row.y, row.z, row.w};
+                            int* f = faces + 3 * (long long)t;
+                            #pragma unroll
+                            for (int e = 0; e < 15; ++e)
+                                if (e < 3 * nt) f[e] = s_vid[((w[e >> 2] >> (8 * (e & 3))) & 0xFFu) * 256 + tid];
+                            t += nt;
+                        }
+                    }
+                }
+                #pragma unroll
+                for (int r = 0; r < 4; ++r) cnt[r] += __popc(B[r]);
             }
-            P = Pn;
-            Pn = Pnn;
-        } else {
             #pragma unroll
-            for (int r = 0; r < 4; ++r) Bn[r] = 0;
+            for (int r = 0; r < 3; ++r) { A[r] = Bm[r]; Bm[r] = Cm[r]; Cm[r] = 0u; }
+            #pragma unroll
+            for (int dj = 0; dj < 2; ++dj)
+                #pragma unroll
+                for (int a = 0; a < 3; ++a) XP[dj][a] = XN[dj][a];
+            // q: plane i + 3, then i + 5 (q3 and q4 alternate)
+            if (i + 3 <= b.hi0 && i < i1) ballot_rows<F>(q, nr, kin, level, levelf, Cm);
+            if (i + 5 <= b.hi0 && i + 3 <= i1) load_rows<F>(p + 5 * s0, s1, nr, kin, q);
+            p += s0;
+        };
+        for (int i = i0; i <= i1; i += 2) {
+            step(i, q3);
+            if (i + 1 > i1) break;
+            step(i + 1, q4);
         }
-        #pragma unroll
-        for (int r = 0; r < 4; ++r) { cnt[r] += __popc(B[r]); B[r] = Bn[r]; }
-    }
+    };
+    if (nrow == 3 && k - lane + 31 <= b.hi2) run(Bool<true>()); else run(Bool<false>());
 }
 
 template <typename T>
@@ -242,8 +382,8 @@ __device__ __forceinline__ double sample(const Out& o, int i, int j, int k) {
 }
 
 // Position, normal (and sampled value, global key) of vertices start .. start + count - 1.
-template <typename T>
-__global__ void __launch_bounds__(256) mc_vertex(const T* __restrict__ v, const Vol g, const double level,
+template <typename T, int MINB>
+__global__ void __launch_bounds__(256, MINB) mc_vertex(const T* __restrict__ v, const Vol g, const double level,
         const long long* __restrict__ vedge, const long long start, const long long count, const Out o) {
     for (long long n = start + blockIdx.x * (long long)blockDim.x + threadIdx.x; n < start + count;
          n += (long long)gridDim.x * blockDim.x) {
@@ -284,22 +424,35 @@ def supported(dtype) -> bool:
     return np.dtype(dtype) in _TYPES
 
 
+# Template arguments, measured on an H200 at 1024^3 (docs/BENCHMARKS.md): rows per warp
+# and blocks per SM in pass 1 (more blocks beat the few registers they spill), blocks
+# per SM in the walk and the vertex kernel.
+_KERNELS = {"count": "3, 5", "walk": "3", "vertex": "4"}
+
+
 @functools.cache
 def _module():
     import cupy
 
-    src = _SOURCE % {f"c{a}": ", ".join(str(int(x)) for x in CORNERS[:, a]) for a in range(3)}
-    names = [f"mc_{kind}<{t}>" for kind in ("count", "walk", "vertex") for t in _TYPES.values()]
-    names.append("mc_compact<int>")
-    return cupy.RawModule(code=src, options=("-std=c++14",), name_expressions=names)
+    subst = {f"c{a}": ", ".join(str(int(x)) for x in CORNERS[:, a]) for a in range(3)}
+    subst.update({f"e{a}": ", ".join(str(int(x)) for x in EDGE_BASE[:, a]) for a in range(3)})
+    subst["ea"] = ", ".join(str(int(x)) for x in EDGE_AXIS)
+    names = [f"mc_{kind}<{t}, {args}>" for kind, args in _KERNELS.items() for t in _TYPES.values()]
+    return cupy.RawModule(code=_SOURCE % subst, options=("-std=c++14", "-default-device"),
+                           name_expressions=names)
 
 
 def _kernel(kind: str, dtype):
-    return _module().get_function(f"mc_{kind}<{_TYPES[np.dtype(dtype)]}>")
+    return _module().get_function(f"mc_{kind}<{_TYPES[np.dtype(dtype)]}, {_KERNELS[kind]}>")
+
+
+@functools.cache
+def _record(dtype_fields: tuple) -> np.dtype:
+    return np.dtype(list(dtype_fields), align=True)
 
 
 def _struct(dtype_fields, values) -> np.ndarray:
-    rec = np.zeros((), dtype=np.dtype(dtype_fields, align=True))
+    rec = np.zeros((), dtype=_record(tuple(dtype_fields)))
     for (name, _), val in zip(dtype_fields, values):
         rec[name] = val
     return rec[()]  # a numpy.void: CuPy passes it by value as the C struct
@@ -316,10 +469,11 @@ def _vol(a, ext):
     return _struct(_VOL, [s // item for s in a.strides] + [ext[:3], ext[3:]])
 
 
-def _grid(lo, hi, chunk):
+def _grid(lo, hi, chunk, lanes, rows):
+    """Blocks of 8 warps over consecutive row groups; a warp covers `lanes` points along k
+    and `rows` rows j of one chunk (grid x: rows, which may number 2^20)."""
     m = [h - l + 1 for l, h in zip(lo, hi)]
-    tile = (32, 8)
-    return (-(-m[2] // tile[0]), -(-m[1] // tile[1]), (m[0] - 1) // chunk + 1), tile
+    return (-(-m[1] // (8 * rows)), -(-m[2] // lanes), (m[0] - 1) // chunk + 1), (32, 8)
 
 
 def _levelf(level: float) -> np.float32:
@@ -329,45 +483,36 @@ def _levelf(level: float) -> np.float32:
     return np.nextafter(f, np.float32(-np.inf)) if float(f) > level else f
 
 
-def count(vol, ext, level, lo, hi, chunk, tables, nvert_out, ntri_out, bad) -> None:
-    """Pass 1 (see _cpu.count); adds 1 to the device counter `bad` per segment with a non-finite sample."""
-    grid, tile = _grid(lo, hi, chunk)
+def count(vol, ext, level, lo, hi, chunk, tables, nvert_out, ntri_out, stats) -> None:
+    """Pass 1 (see _cpu.count). Adds to the device uint64 `stats`: [0] the number of warps
+    that met a non-finite sample, [1] vertices, [2] triangles (totals in 64 bits, so the
+    int32 scans of the counts can be trusted when these fit int32)."""
+    grid, tile = _grid(lo, hi, chunk, 31, int(_KERNELS["count"].split(",")[0]))
     box = _struct(_BOX, [*lo, *hi, chunk])
     _kernel("count", vol.dtype)(grid, tile, (vol, _vol(vol, ext), box, np.float64(level), _levelf(level), tables[0],
-                                             nvert_out, ntri_out, bad))
+                                             nvert_out, ntri_out, stats))
 
 
 def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, vincl, tincl, vstart, vcount, tables, geo,
              offset, vals, keys, dims, keybase, verts, faces, normals, vout, vedge) -> None:
     """Pass 2 (see _cpu.generate) for one level: faces and vertex edges per segment, then
     vertices ``vstart .. vstart + vcount - 1`` one per thread. `vincl`/`tincl`: inclusive
-    scans of the counts (global numbering); `vals`, `keys`, `vout` may be None; `vedge`:
+    int32 scans of the counts (global numbering); `vals`, `keys`, `vout` may be None; `vedge`:
     int64 scratch, one per vertex."""
     if max(h - l for l, h in zip(lo, hi)) >= 2**20:
         raise ValueError(f"marching_cubes: box {lo}..{hi} is too long for the GPU path (2^20 samples per axis)")
-    import cupy
-
+    if vcount == 0:  # nothing crossed at this level: no faces either
+        return
     box = _struct(_BOX, [*lo, *hi, chunk])
     g = _vol(vol, ext)
-    nseg = len(nvert)
-    scan = cupy.cumsum((nvert != 0) | (ntri_seg != 0), dtype=cupy.int32)
-    bound = min(nseg, vcount + len(faces))  # each active segment has a vertex or a triangle
-    if bound == 0:
-        return
-    active = cupy.empty(bound, cupy.int32)
-    _module().get_function("mc_compact<int>")((min(-(-nseg // 256), 65535),), (256,),
-                                              (nvert, ntri_seg, scan, np.int64(nseg), active))
-    # How many are active stays on the device: the walk's threads read it (no host round trip).
-    _kernel("walk", vol.dtype)((-(-bound // 256),), (256,), (vol, g, box, np.float64(level), _levelf(level),
-                                                             active, scan[-1:], nvert, ntri_seg, vincl, tincl,
-                                                             *tables, faces, vedge))
-    if vcount == 0:
-        return
+    grid, tile = _grid(lo, hi, chunk, 30, 1)
+    _kernel("walk", vol.dtype)(grid, tile, (vol, g, box, np.float64(level), _levelf(level), nvert, ntri_seg, vincl,
+                                            tincl, tables[0], tables[1], faces, vedge))
     out_fields = [("sp", "3f8"), ("org", "3f8"), ("off", "3i8"), ("dims", "3i8"), ("keybase", "i8"),
                   ("verts", "u8"), ("faces", "u8"), ("normals", "u8"), ("vout", "u8"), ("keys", "u8"),
-                  ("vals", "u8"), ("vals_f32", "i4"), ("vg", np.dtype(_VOL, align=True))]
+                  ("vals", "u8"), ("vals_f32", "i4"), ("vg", _record(tuple(_VOL)))]
     ptr = lambda a: 0 if a is None else a.data.ptr  # noqa: E731
-    vg = _vol(vals, ext) if vals is not None else np.zeros((), np.dtype(_VOL, align=True))
+    vg = _vol(vals, ext) if vals is not None else np.zeros((), _record(tuple(_VOL)))
     o = _struct(out_fields, [geo[:3], geo[3:], offset, dims, keybase, ptr(verts), ptr(faces), ptr(normals),
                              ptr(vout), ptr(keys), ptr(vals),
                              int(vals is not None and vals.dtype == np.float32), vg])

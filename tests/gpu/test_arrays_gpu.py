@@ -1,5 +1,6 @@
 """Zero-copy acceptance of device arrays and the counted gateway, on a real GPU."""
 
+import numpy as np
 import pytest
 
 import insitu
@@ -62,3 +63,14 @@ def test_gateway_counts_bytes_and_calls():
 def test_select_device():
     assert arrays.select_device() == 0
     assert cp.cuda.Device().id == 0
+
+
+def test_scalars_to_host_reads_a_few_values_counted_one_each():
+    d = cp.asarray(np.array([5, 0, 2**40], np.int64))
+    with insitu.no_host_transfers(allow_scalars=True) as counted:
+        assert arrays.scalars_to_host(d) == [5, 0, 2**40]
+    assert counted.scalar_reads == 3
+    with pytest.raises(ValueError, match="at most 2 values"):
+        arrays.scalars_to_host(d, limit=2)
+    with pytest.raises(ValueError, match="1-D"):
+        arrays.scalars_to_host(d.reshape(3, 1))
