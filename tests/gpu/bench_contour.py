@@ -2,6 +2,7 @@
 
     python tests/gpu/bench_contour.py --cpu 128 256          # Numba vs scikit-image, VTK
     python tests/gpu/bench_contour.py --gpu 256 512 1024 [2048]
+    python tests/gpu/bench_contour.py --parts 1024              # time of each GPU kernel
 
 CPU: best of 3 wall times of insitu (Numba), scikit-image's marching_cubes (lewiner and
 lorensen) and VTK's vtkFlyingEdges3D (normals on) on the same float32 volume and level.
@@ -138,14 +139,71 @@ def gpu(sizes, reps=5):
     return "\n".join(out) + "\n"
 
 
+def parts(sizes, reps=7):
+    """Median time of each kernel launch (CUDA events around each, so the launches do
+    not overlap) and of the whole call, per grid size."""
+    import collections
+
+    import cupy as cp
+    from mandelbulb import mandelbulb
+
+    from render.contour import _gpu, marching_cubes
+
+    launch = _gpu._kernel
+    times = collections.defaultdict(list)
+
+    def timed(kind, dtype):
+        f = launch(kind, dtype)
+
+        def run(*args):
+            a, b = cp.cuda.Event(), cp.cuda.Event()
+            a.record()
+            f(*args)
+            b.record()
+            b.synchronize()
+            times[kind].append(cp.cuda.get_elapsed_time(a, b))
+        return run
+
+    dev = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    rows = []
+    for n in sizes:
+        vol = mandelbulb(n, xp=cp)
+        marching_cubes(vol, LEVEL)
+        times.clear()
+        _gpu._kernel = timed
+        try:
+            for _ in range(reps):
+                a, b = cp.cuda.Event(), cp.cuda.Event()
+                a.record()
+                marching_cubes(vol, LEVEL)
+                b.record()
+                b.synchronize()
+                times["whole call"].append(cp.cuda.get_elapsed_time(a, b))
+        finally:
+            _gpu._kernel = launch
+        rows.append((n, {k: float(np.median(v)) for k, v in times.items()}))
+        print(rows[-1], flush=True)
+        del vol
+        cp.get_default_memory_pool().free_all_blocks()
+    kinds = ["count", "walk", "vertex", "whole call"]
+    out = ["### Marching cubes, GPU: time per kernel, Mandelbulb volume, float32, level 11", "",
+           f"Device: {dev}; date {datetime.date.today()}; commit {commit()}; command "
+           f"`python tests/gpu/bench_contour.py --parts {' '.join(map(str, sizes))}`. Median of {reps}; each "
+           "launch waited for (the whole call is the longer for it).", "",
+           "| grid | " + " | ".join(f"{k}, ms" for k in kinds) + " |", "| --- |" + " ---: |" * len(kinds)]
+    out += [f"| {n}^3 | " + " | ".join(f"{t.get(k, 0.0):.2f}" for k in kinds) + " |" for n, t in rows]
+    return "\n".join(out) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpu", type=int, nargs="*", default=[])
     ap.add_argument("--gpu", type=int, nargs="*", default=[])
+    ap.add_argument("--parts", type=int, nargs="*", default=[])
     ap.add_argument("--md", help="append the tables to this Markdown file")
     args = ap.parse_args(argv)
     text = (cpu(args.cpu) if args.cpu else "") + ("\n" if args.cpu and args.gpu else "") + \
-        (gpu(args.gpu) if args.gpu else "")
+        (gpu(args.gpu) if args.gpu else "") + (parts(args.parts) if args.parts else "")
     emit(text, args.md)
     return 0
 
