@@ -243,7 +243,8 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     __shared__ int s_vid[12 * 256];  // vertex number per cube edge, per thread
     const int tid = threadIdx.y * 32 + threadIdx.x;
     for (int q = tid; q < 256; q += 256) { s_case[q] = (unsigned char)case_of(q); s_ntri[q] = ntri[q]; }
-    for (int q = tid; q < 256 * 16; q += 256) s_tri[q] = (q & 15) < 15 ? (unsigned char)tri[15 * (q >> 4) + (q & 15)] : 0;
+    for (int q = tid; q < 256 * 16; q += 256)
+        s_tri[q] = (q & 15) < 15 ? (unsigned char)tri[15 * (q >> 4) + (q & 15)] : 0;
     __syncthreads();
     const int lane = threadIdx.x;
     const int m1 = b.hi1 - b.lo1 + 1, m2 = b.hi2 - b.lo2 + 1;
@@ -357,21 +358,18 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     if (nrow == 3 && k - lane + 31 <= b.hi2) run(Bool<true>()); else run(Bool<false>());
 }
 
+// np.gradient (unit spacing) along one axis at sample c (index x of the samples lo .. hi
+// gradients use; stride s): central inside, one-sided at the ends.
 template <typename T>
-__device__ __forceinline__ void grad(const T* v, const Vol& g, int i, int j, int k, double* out) {
-    const int p[3] = {i, j, k};
-    #pragma unroll
-    for (int a = 0; a < 3; ++a) {
-        const int di = a == 0, dj = a == 1, dk = a == 2;
-        out[a] = g.elo[a] == g.ehi[a] ? 0.0
-               : p[a] == g.elo[a] ? at(v, g, i + di, j + dj, k + dk) - at(v, g, i, j, k)
-               : p[a] == g.ehi[a] ? at(v, g, i, j, k) - at(v, g, i - di, j - dj, k - dk)
-               : (at(v, g, i + di, j + dj, k + dk) - at(v, g, i - di, j - dj, k - dk)) / 2.0;
-    }
+__device__ __forceinline__ double grad1(const T* c, long long s, int x, int lo, int hi) {
+    return lo == hi ? 0.0
+         : x == lo ? (double)c[s] - (double)c[0]
+         : x == hi ? (double)c[0] - (double)c[-s]
+         : ((double)c[s] - (double)c[-s]) / 2.0;
 }
 
 struct Out {
-    double sp[3], org[3];
+    double sp[3], isp[3], org[3];  // isp = 1 / sp
     long long off[3], dims[3], keybase;
     float* verts; int* faces; float* normals; float* vout; long long* keys;
     const void* vals; int vals_f32; Vol vg;  // the sampled field: float32 or float64, read as it is
@@ -391,25 +389,29 @@ __global__ void __launch_bounds__(256, MINB) mc_vertex(const T* __restrict__ v, 
         const int i = (int)(e >> 42), j = (int)((e >> 22) & 0xFFFFF), k = (int)((e >> 2) & 0xFFFFF);
         const int a = (int)(e & 3);
         const int di = a == 0, dj = a == 1, dk = a == 2;
-        const double va = at(v, g, i, j, k), vb = at(v, g, i + di, j + dj, k + dk);
+        const long long st[3] = {g.s0, g.s1, g.s2};
+        const long long sa = a == 0 ? g.s0 : a == 1 ? g.s1 : g.s2;
+        const T* pc = v + i * g.s0 + j * g.s1 + k * g.s2;  // the edge runs from pc to pc + sa
+        const double va = (double)pc[0], vb = (double)pc[sa];
         const double t = (level - va) / (vb - va);
         const int p[3] = {i, j, k};
-        double ga[3], gb[3], nn = 0.0;
-        grad(v, g, i, j, k, ga);
-        grad(v, g, i + di, j + dj, k + dk, gb);
+        double ga[3], nn = 0.0;
         #pragma unroll
         for (int d = 0; d < 3; ++d) {
             const double x = (double)(p[d] + o.off[d]) + (d == a ? t : 0.0);
             o.verts[3 * n + d] = (float)(x * o.sp[d] + o.org[d]);
-            ga[d] = (ga[d] + (gb[d] - ga[d]) * t) / o.sp[d];
+            const double g0 = grad1(pc, st[d], p[d], g.elo[d], g.ehi[d]);
+            const double g1 = grad1(pc + sa, st[d], p[d] + (d == a), g.elo[d], g.ehi[d]);
+            ga[d] = (g0 + (g1 - g0) * t) * o.isp[d];
             nn += ga[d] * ga[d];
         }
-        nn = sqrt(nn);
+        // one division for the three components (the CPU divides each: equal to float32)
+        const double inv = nn > 0.0 ? -1.0 / sqrt(nn) : 0.0;
         #pragma unroll
-        for (int d = 0; d < 3; ++d) o.normals[3 * n + d] = nn > 0.0 ? (float)(-ga[d] / nn) : 0.0f;
+        for (int d = 0; d < 3; ++d) o.normals[3 * n + d] = (float)(ga[d] * inv);
         if (o.vout) {
-            const double sa = sample(o, i, j, k);
-            o.vout[n] = (float)(sa + (sample(o, i + di, j + dj, k + dk) - sa) * t);
+            const double s0 = sample(o, i, j, k);
+            o.vout[n] = (float)(s0 + (sample(o, i + di, j + dj, k + dk) - s0) * t);
         }
         if (o.keys)
             o.keys[n] = o.keybase + ((a * o.dims[0] + i + o.off[0]) * o.dims[1] + j + o.off[1]) * o.dims[2]
@@ -508,13 +510,13 @@ def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, vincl, tincl, vsta
     grid, tile = _grid(lo, hi, chunk, 30, 1)
     _kernel("walk", vol.dtype)(grid, tile, (vol, g, box, np.float64(level), _levelf(level), nvert, ntri_seg, vincl,
                                             tincl, tables[0], tables[1], faces, vedge))
-    out_fields = [("sp", "3f8"), ("org", "3f8"), ("off", "3i8"), ("dims", "3i8"), ("keybase", "i8"),
-                  ("verts", "u8"), ("faces", "u8"), ("normals", "u8"), ("vout", "u8"), ("keys", "u8"),
+    out_fields = [("sp", "3f8"), ("isp", "3f8"), ("org", "3f8"), ("off", "3i8"), ("dims", "3i8"),
+                  ("keybase", "i8"), ("verts", "u8"), ("faces", "u8"), ("normals", "u8"), ("vout", "u8"), ("keys", "u8"),
                   ("vals", "u8"), ("vals_f32", "i4"), ("vg", _record(tuple(_VOL)))]
     ptr = lambda a: 0 if a is None else a.data.ptr  # noqa: E731
     vg = _vol(vals, ext) if vals is not None else np.zeros((), _record(tuple(_VOL)))
-    o = _struct(out_fields, [geo[:3], geo[3:], offset, dims, keybase, ptr(verts), ptr(faces), ptr(normals),
-                             ptr(vout), ptr(keys), ptr(vals),
+    o = _struct(out_fields, [geo[:3], 1.0 / geo[:3], geo[3:], offset, dims, keybase, ptr(verts), ptr(faces),
+                             ptr(normals), ptr(vout), ptr(keys), ptr(vals),
                              int(vals is not None and vals.dtype == np.float32), vg])
     blocks = min(-(-vcount // 256), 2**31 - 1)
     _kernel("vertex", vol.dtype)((blocks,), (256,), (vol, g, np.float64(level), vedge, np.int64(vstart),
