@@ -88,25 +88,32 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     if gpu and vals is not None and vals.dtype not in (xp.float32, xp.float64):
         vals = vals.astype(xp.float64)  # the CUDA kernel samples float32 and float64 as they are
     ext = np.asarray(ext if ext is not None else (0, 0, 0, *(n - 1 for n in vol.shape)), np.int64)
+    if gpu:  # per segment its start within its tile, per tile its totals (see _gpu.count)
+        ntiles = _gpu.tile_count(lo, hi, chunk)
+        local = xp.empty((2, len(levels), nseg), xp.int32)
+        tiles = xp.empty((2, len(levels), ntiles), xp.int32)
     bad = xp.zeros(3, xp.uint64) if gpu else 0  # GPU: non-finite flag, vertex and triangle totals
     for n, lev in enumerate(levels):
         if gpu:
-            _gpu.count(vol, ext, lev, lo, hi, chunk, tables, counts[0, n], counts[1, n], bad)
+            _gpu.count(vol, ext, lev, lo, hi, chunk, tables, counts[0, n], counts[1, n], local[0, n], local[1, n],
+                       tiles[0, n], tiles[1, n], bad)
         else:
             bad += _cpu.count(vol, lev, lo_a, hi_a, chunk, tables[0], counts[0, n], counts[1, n])
-    if not gpu and bad:
-        raise ValueError(f"{name}: contains NaN or inf")
-    flat = counts.reshape(2, -1)
-    # 1-D scans (CUB); int32 on the GPU, where the exact totals guard them against overflow
-    vincl, tincl = (_scan_int32(flat[0]), _scan_int32(flat[1])) if gpu else \
-        (np.cumsum(flat[0], dtype=np.int64), np.cumsum(flat[1], dtype=np.int64))
-    if gpu:  # the flag, the totals and the levels' ends in one read: each read waits for the device
+    if gpu:
+        # Second level of the scan: the tiles, in int32 (the exact totals guard it), all
+        # levels in one numbering. The flag, the totals and the levels' ends in one read:
+        # each read waits for the device.
+        vti, tti = (xp.cumsum(t, dtype=xp.int32) for t in tiles.reshape(2, -1))
         nbad, nv, nf, *vend = arrays.scalars_to_host(
-            xp.concatenate([bad.astype(xp.int64), vincl[nseg - 1:-1:nseg].astype(xp.int64)]))
+            xp.concatenate([bad.astype(xp.int64), vti[ntiles - 1:-1:ntiles].astype(xp.int64)]))
         if nbad:
             raise ValueError(f"{name}: contains NaN or inf")
         vend.append(nv)  # the last level ends at the total
     else:
+        if bad:
+            raise ValueError(f"{name}: contains NaN or inf")
+        flat = counts.reshape(2, -1)
+        vincl, tincl = np.cumsum(flat[0], dtype=np.int64), np.cumsum(flat[1], dtype=np.int64)
         *vend, nf = [int(x) for x in np.concatenate([vincl[nseg - 1::nseg], tincl[-1:]])]
         nv = vend[-1]
     if max(nv, nf) > _INT32_MAX:
@@ -126,7 +133,9 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
         at = slice(n * nseg, (n + 1) * nseg)
         if gpu:
             vstart = vend[n - 1] if n else 0
-            _gpu.generate(vol, ext, lev, lo, hi, chunk, counts[0, n], counts[1, n], vincl[at], tincl[at], vstart,
+            lev_tiles = slice(n * ntiles, (n + 1) * ntiles)
+            starts = (local[0, n], local[1, n], tiles[0, n], tiles[1, n], vti[lev_tiles], tti[lev_tiles])
+            _gpu.generate(vol, ext, lev, lo, hi, chunk, counts[0, n], counts[1, n], starts, vstart,
                           vend[n] - vstart, tables, geo, offset, vals, mesh[4], kdims, n * per_level, *mesh[:4],
                           vedge)
         else:
@@ -137,18 +146,6 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
                           kdims, n * per_level, mesh[0], mesh[1], mesh[2],
                           mesh[3] if vals is not None else np.zeros(1, np.float32))
     return tuple(mesh)
-
-
-def _scan_int32(counts):
-    """Inclusive int32 scan of a 1-D device array with CUB (cupy.cumsum may take its own, slower kernel)."""
-    from cupy.cuda import cub
-
-    out = counts.copy()
-    if cub.cub_scan(out, cub.CUPY_CUB_CUMSUM) is None:
-        import cupy
-
-        return cupy.cumsum(counts, dtype=cupy.int32)
-    return out
 
 
 def _weld(parts, want_values: bool, xp=np):

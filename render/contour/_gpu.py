@@ -107,7 +107,8 @@ __device__ __forceinline__ int case_of(int q) {
 template <typename T, int R, int MINB>
 __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, const Vol g, const Box b,
         const double level, const float levelf, const signed char* __restrict__ ntri, int* nvert_out,
-        int* ntri_out, unsigned long long* stats) {
+        int* ntri_out, int* __restrict__ vloc, int* __restrict__ tloc, int* __restrict__ vtile,
+        int* __restrict__ ttile, unsigned long long* stats) {
     __shared__ unsigned char s_ntri[256];  // by quad() bits
     const int tid = threadIdx.y * 32 + threadIdx.x;
     for (int q = tid; q < 256; q += blockDim.x * blockDim.y) s_ntri[q] = ntri[case_of(q)];
@@ -179,13 +180,29 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
         }
     };
     if (nrow == R + 1 && U == FULL) run(Bool<true>()); else run(Bool<false>());
-    if (own) {
+    // The first level of the scan: a tile is the 31 segments of one row a warp counts;
+    // vloc/tloc: a segment's first vertex/face within its tile, vtile/ttile: the tile's
+    // totals (tile (c * m1 + j - lo1) * gridDim.y + blockIdx.y, in segment order).
+    #pragma unroll
+    for (int r = 0; r < R; ++r) {
+        if (r >= nrow) continue;
+        int sv = own ? nv[r] : 0, st = own ? nt[r] : 0;
         #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            if (r >= nrow) continue;
-            const long long seg = ((long long)c * m1 + j0 + r - b.lo1) * m2 + k - b.lo2;
+        for (int d = 1; d < 32; d <<= 1) {
+            const int uv = __shfl_up_sync(FULL, sv, d), ut = __shfl_up_sync(FULL, st, d);
+            if (lane >= d) { sv += uv; st += ut; }
+        }
+        const long long row = (long long)c * m1 + j0 + r - b.lo1;
+        if (own) {
+            const long long seg = row * m2 + k - b.lo2;
             nvert_out[seg] = nv[r];
             ntri_out[seg] = nt[r];
+            vloc[seg] = sv - nv[r];
+            tloc[seg] = st - nt[r];
+        }
+        if (lane == 31) {
+            vtile[row * gridDim.y + blockIdx.y] = sv;
+            ttile[row * gridDim.y + blockIdx.y] = st;
         }
     }
     // stats: warps that met NaN or inf, vertices, triangles (exact: the caller's scans are int32)
@@ -235,7 +252,8 @@ __device__ __forceinline__ int edge_bits(const unsigned* X, int s) {
 template <typename T, int MINB>
 __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, const Vol g, const Box b,
         const double level, const float levelf, const int* __restrict__ nvert, const int* __restrict__ ntri_seg,
-        const int* __restrict__ vincl, const int* __restrict__ tincl,
+        const int* __restrict__ vloc, const int* __restrict__ tloc, const int* __restrict__ vtile,
+        const int* __restrict__ ttile, const int* __restrict__ vti, const int* __restrict__ tti, const int ntk,
         const signed char* __restrict__ ntri, const signed char* __restrict__ tri,
         int* __restrict__ faces, long long* __restrict__ vedge) {
     __shared__ unsigned char s_case[256], s_ntri[256];  // case by quad() bits; triangles by case
@@ -260,14 +278,23 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     const int nrow = min(3, b.hi1 - j + 1);
     const unsigned K2 = __ballot_sync(FULL, lane < 31 && k < b.hi2);
     const bool cube_jk = own && j < b.hi1 && k < b.hi2;
+    // A segment's first vertex: its tile's (exclusive scan of the tile totals) plus its own
+    // within the tile (see mc_count).
+    auto first_vertex = [&](long long s, int cc, int rr1, int rr2) {
+        const long long tile = ((long long)cc * m1 + rr1) * ntk + rr2 / 31;
+        return vti[tile] - vtile[tile] + vloc[s];
+    };
     int cnt[4], t = 0;
     #pragma unroll
     for (int r = 0; r < 4; ++r) {
         const int dj = r >> 1, dk = r & 1;
         const long long s = seg + dj * m2 + dk;
-        cnt[r] = own && j + dj <= b.hi1 && k + dk <= b.hi2 ? vincl[s] - nvert[s] : 0;
+        cnt[r] = own && j + dj <= b.hi1 && k + dk <= b.hi2 ? first_vertex(s, c, r1 + dj, r2 + dk) : 0;
     }
-    if (own) t = tincl[seg] - ntri_seg[seg];
+    if (own) {
+        const long long tile = ((long long)c * m1 + r1) * ntk + r2 / 31;
+        t = tti[tile] - ttile[tile] + tloc[seg];
+    }
     const long long s0 = g.s0, s1 = g.s1;
     const T* p = v + i0 * s0 + j * s1 + (long long)k * g.s2;
     const int eb0[12] = EDGE_I, eb1[12] = EDGE_J, eb2[12] = EDGE_K, ea[12] = EDGE_A;
@@ -293,13 +320,9 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
             const unsigned any = XP[0][0] | XP[0][1] | XP[0][2] | XP[1][0] | XP[1][1] | XP[1][2] | XN[0][1]
                                | XN[0][2] | XN[1][1] | XN[1][2];
             if (any & 0x7FFFFFFFu) {
-                int B[4], Bn[4];
+                int B[4];
                 #pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    const int s = (lane + (r & 1)) & 31;
-                    B[r] = edge_bits(XP[r >> 1], s);
-                    Bn[r] = edge_bits(XN[r >> 1], s);
-                }
+                for (int r = 0; r < 4; ++r) B[r] = edge_bits(XP[r >> 1], (lane + (r & 1)) & 31);
                 if (own) {
                     int n = cnt[0];
                     #pragma unroll
@@ -309,12 +332,13 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
                         const int cs = s_case[quad(A[0], A[1], Bm[0], Bm[1], lane)];
                         const int nt = s_ntri[cs];
                         if (nt) {
-                            int nb[4];  // first vertex of plane i + 1 in the four segments
+                            int Bn[4], nb[4];  // plane i + 1: crossed edges, first vertex in the four segments
                             #pragma unroll
                             for (int r = 0; r < 4; ++r) {
+                                Bn[r] = edge_bits(XN[r >> 1], (lane + (r & 1)) & 31);
                                 if (i == i1) {  // the next plane starts the next chunk's segments
                                     const long long s = seg + (long long)m1 * m2 + (r >> 1) * m2 + (r & 1);
-                                    nb[r] = vincl[s] - nvert[s];
+                                    nb[r] = first_vertex(s, c + 1, r1 + (r >> 1), r2 + (r & 1));
                                 } else {
                                     nb[r] = cnt[r] + __popc(B[r]);
                                 }
@@ -464,11 +488,28 @@ _VOL = [("s0", "i8"), ("s1", "i8"), ("s2", "i8"), ("elo", "3i4"), ("ehi", "3i4")
 _BOX = [(n, "i4") for n in ("lo0", "lo1", "lo2", "hi0", "hi1", "hi2", "chunk")]
 
 
+_OUT = [("sp", "3f8"), ("isp", "3f8"), ("org", "3f8"), ("off", "3i8"), ("dims", "3i8"), ("keybase", "i8"),
+        ("verts", "u8"), ("faces", "u8"), ("normals", "u8"), ("vout", "u8"), ("keys", "u8"), ("vals", "u8"),
+        ("vals_f32", "i4"), ("vg", _record(tuple(_VOL)))]
+
+
+# The kernels' parameter records, built once per geometry: a call's host work before each
+# launch leaves the GPU idle (in-situ calls repeat the same geometry).
+@functools.lru_cache(maxsize=256)
+def _vol_record(strides: tuple, ext: tuple):
+    return _struct(_VOL, [*strides, ext[:3], ext[3:]])
+
+
+@functools.lru_cache(maxsize=256)
+def _box(lo: tuple, hi: tuple, chunk: int):
+    return _struct(_BOX, [*lo, *hi, chunk])
+
+
 def _vol(a, ext):
     item = a.dtype.itemsize
     if any(s % item for s in a.strides):
         raise ValueError(f"marching_cubes: strides {a.strides} are not multiples of the item size {item}")
-    return _struct(_VOL, [s // item for s in a.strides] + [ext[:3], ext[3:]])
+    return _vol_record(tuple(s // item for s in a.strides), tuple(int(x) for x in ext))
 
 
 def _grid(lo, hi, chunk, lanes, rows):
@@ -478,6 +519,7 @@ def _grid(lo, hi, chunk, lanes, rows):
     return (-(-m[1] // (8 * rows)), -(-m[2] // lanes), (m[0] - 1) // chunk + 1), (32, 8)
 
 
+@functools.lru_cache(maxsize=256)
 def _levelf(level: float) -> np.float32:
     """The largest float32 <= level (float samples compare against it in float)."""
     with np.errstate(over="ignore"):
@@ -485,37 +527,47 @@ def _levelf(level: float) -> np.float32:
     return np.nextafter(f, np.float32(-np.inf)) if float(f) > level else f
 
 
-def count(vol, ext, level, lo, hi, chunk, tables, nvert_out, ntri_out, stats) -> None:
-    """Pass 1 (see _cpu.count). Adds to the device uint64 `stats`: [0] the number of warps
-    that met a non-finite sample, [1] vertices, [2] triangles (totals in 64 bits, so the
-    int32 scans of the counts can be trusted when these fit int32)."""
-    grid, tile = _grid(lo, hi, chunk, 31, int(_KERNELS["count"].split(",")[0]))
-    box = _struct(_BOX, [*lo, *hi, chunk])
+_TILE = 31  # segments along k per tile of the two-level scan: the points a pass-1 warp owns
+
+
+def tile_count(lo, hi, chunk) -> int:
+    """Tiles of the box: (chunks x rows) x tiles per row."""
+    m = [h - l + 1 for l, h in zip(lo, hi)]
+    return ((m[0] - 1) // chunk + 1) * m[1] * -(-m[2] // _TILE)
+
+
+def count(vol, ext, level, lo, hi, chunk, tables, nvert_out, ntri_out, vloc, tloc, vtile, ttile, stats) -> None:
+    """Pass 1 (see _cpu.count) and the first level of the scan: per segment its counts and
+    its first vertex and face within its tile (`vloc`, `tloc`), per tile its totals
+    (`vtile`, `ttile`; see tile_count). Adds to the device uint64 `stats`: [0] the number
+    of warps that met a non-finite sample, [1] vertices, [2] triangles (totals in 64
+    bits, so int32 scans can be trusted when these fit int32)."""
+    grid, tile = _grid(lo, hi, chunk, _TILE, int(_KERNELS["count"].split(",")[0]))
+    box = _box(tuple(lo), tuple(hi), chunk)
     _kernel("count", vol.dtype)(grid, tile, (vol, _vol(vol, ext), box, np.float64(level), _levelf(level), tables[0],
-                                             nvert_out, ntri_out, stats))
+                                             nvert_out, ntri_out, vloc, tloc, vtile, ttile, stats))
 
 
-def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, vincl, tincl, vstart, vcount, tables, geo,
+def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, starts, vstart, vcount, tables, geo,
              offset, vals, keys, dims, keybase, verts, faces, normals, vout, vedge) -> None:
     """Pass 2 (see _cpu.generate) for one level: faces and vertex edges per segment, then
-    vertices ``vstart .. vstart + vcount - 1`` one per thread. `vincl`/`tincl`: inclusive
-    int32 scans of the counts (global numbering); `vals`, `keys`, `vout` may be None; `vedge`:
-    int64 scratch, one per vertex."""
+    vertices ``vstart .. vstart + vcount - 1`` one per thread. `starts`: count()'s vloc,
+    tloc, vtile, ttile and the inclusive int32 scans of vtile and ttile (global
+    numbering); `vals`, `keys`, `vout` may be None; `vedge`: int64 scratch, one per
+    vertex."""
     if max(h - l for l, h in zip(lo, hi)) >= 2**20:
         raise ValueError(f"marching_cubes: box {lo}..{hi} is too long for the GPU path (2^20 samples per axis)")
     if vcount == 0:  # nothing crossed at this level: no faces either
         return
-    box = _struct(_BOX, [*lo, *hi, chunk])
+    box = _box(tuple(lo), tuple(hi), chunk)
     g = _vol(vol, ext)
     grid, tile = _grid(lo, hi, chunk, 30, 1)
-    _kernel("walk", vol.dtype)(grid, tile, (vol, g, box, np.float64(level), _levelf(level), nvert, ntri_seg, vincl,
-                                            tincl, tables[0], tables[1], faces, vedge))
-    out_fields = [("sp", "3f8"), ("isp", "3f8"), ("org", "3f8"), ("off", "3i8"), ("dims", "3i8"),
-                  ("keybase", "i8"), ("verts", "u8"), ("faces", "u8"), ("normals", "u8"), ("vout", "u8"), ("keys", "u8"),
-                  ("vals", "u8"), ("vals_f32", "i4"), ("vg", _record(tuple(_VOL)))]
+    ntk = -(-(hi[2] - lo[2] + 1) // _TILE)
+    _kernel("walk", vol.dtype)(grid, tile, (vol, g, box, np.float64(level), _levelf(level), nvert, ntri_seg, *starts,
+                                            np.int32(ntk), tables[0], tables[1], faces, vedge))
     ptr = lambda a: 0 if a is None else a.data.ptr  # noqa: E731
     vg = _vol(vals, ext) if vals is not None else np.zeros((), _record(tuple(_VOL)))
-    o = _struct(out_fields, [geo[:3], 1.0 / geo[:3], geo[3:], offset, dims, keybase, ptr(verts), ptr(faces),
+    o = _struct(_OUT, [geo[:3], 1.0 / geo[:3], geo[3:], offset, dims, keybase, ptr(verts), ptr(faces),
                              ptr(normals), ptr(vout), ptr(keys), ptr(vals),
                              int(vals is not None and vals.dtype == np.float32), vg])
     blocks = min(-(-vcount // 256), 2**31 - 1)
