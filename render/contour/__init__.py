@@ -15,6 +15,7 @@ crosses to the host.
 
 from __future__ import annotations
 
+import functools
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -48,10 +49,21 @@ def _check_values(values, shape, name: str, region=...):
     vals = _check_volume(values, name)
     if vals.shape != shape:
         raise ValueError(f"{name}: shape {vals.shape} differs from the volume's {shape}")
-    xp = arrays.get_array_module(vals)
-    if vals.dtype.kind == "f" and not arrays.scalar_to_host(xp.isfinite(vals[region]).all()):
-        raise ValueError(f"{name}: contains NaN or inf")
+    if vals.dtype.kind == "f":
+        part = vals[region]
+        ok = _all_finite()(part) if arrays.is_device_array(part) else np.isfinite(part).all()
+        if not arrays.scalar_to_host(ok):
+            raise ValueError(f"{name}: contains NaN or inf")
     return vals
+
+
+@functools.cache
+def _all_finite():
+    """Whether a (strided) device array is finite, in one pass with no temporary
+    (``isfinite(x).all()`` writes a full-size bool array and reads it again)."""
+    import cupy
+
+    return cupy.ReductionKernel("T x", "bool y", "isfinite(x)", "a && b", "y = a", "true", "insitu_all_finite")
 
 
 _tables_on = {}

@@ -81,6 +81,19 @@ def test_gpu_nan_is_reported():
         marching_cubes(vol, 0.5)
 
 
+@pytest.mark.parametrize("dtype", [cp.float32, cp.float64])
+def test_gpu_non_finite_values_in_the_region_are_reported_outside_ignored(dtype):
+    vol = cp.asarray(smooth_random((20, 22, 24), 8), dtype)
+    vals = cp.ones_like(vol)
+    vals[3, 4, 5] = cp.inf  # inside the cells contoured
+    with pytest.raises(ValueError, match="values: contains NaN or inf"):
+        marching_cubes(vol, 0.0, values=vals, region=((2, 2, 2), (15, 15, 15)))
+    vals[3, 4, 5] = 1.0
+    vals[19, 21, 23] = cp.nan  # beyond the region and its ghost layer: never read
+    v, f, n, c = marching_cubes(vol, 0.0, values=vals, region=((2, 2, 2), (15, 15, 15)))
+    assert len(f) and bool((c == 1.0).all())
+
+
 @pytest.mark.parametrize("level", [0.1, 0.25, 0.3])
 def test_gpu_float32_samples_at_the_level_classify_like_cpu(level):
     # Samples equal to float32(level): above a level that float32 rounds up, not above one it
