@@ -9,8 +9,8 @@ single-block mesh (vertices welded by their global grid edge).
 
 Both backends run the same two passes (count per segment, scan, generate; see
 _cpu.py) and number vertices and faces alike; on the GPU the mesh is written straight
-into device arrays, a renderer's mapped buffers included, and nothing but three counts
-crosses to the host.
+into device arrays, a renderer's mapped buffers included, and nothing but a few counts
+(one read) crosses to the host.
 """
 
 from __future__ import annotations

@@ -6,11 +6,12 @@ turned into one bit of a ballot, so a point's neighbours are neighbouring bits a
 cube cases, crossed edges and their counts come from bit operations on the masks. A
 plane where no bit within reach differs is stepped over after its loads.
 
-Pass 1 (mc_count) counts vertices and triangles per segment, and the totals in 64 bits;
-pass 2 (mc_walk) writes faces and, per vertex, its packed edge; a flat kernel
-(mc_vertex) then computes the vertices one per thread (the gradients need registers
-that would starve the walk of occupancy). The walk skips warps whose segments have
-nothing.
+Pass 1 (mc_count) counts vertices and triangles per segment, scans them within each
+warp's 31 segments (the first level of the scan; the caller scans the tile totals) and
+adds up the totals in 64 bits; pass 2 (mc_walk) writes faces and, per vertex, its
+packed edge, skipping warps whose segments have nothing; a flat kernel (mc_vertex) then
+computes the vertices one per thread (the gradients need registers that would starve
+the walk of occupancy).
 """
 
 from __future__ import annotations
