@@ -469,6 +469,7 @@ def _module():
                            name_expressions=names)
 
 
+@functools.cache
 def _kernel(kind: str, dtype):
     return _module().get_function(f"mc_{kind}<{_TYPES[np.dtype(dtype)]}, {_KERNELS[kind]}>")
 
