@@ -25,6 +25,11 @@ def field(n=64):
     return (np.sqrt(X ** 2 + Y ** 2) - 0.55) ** 2 + Z ** 2, X + Z
 
 
+# The torus of field() at level 0.06 in world coordinates, and how the tests colour and frame it.
+TORUS = dict(spacing=(2 / 63,) * 3, origin=(-1, -1, -1))
+KW = dict(vmin=-2.0, vmax=2.0, bounds=(-1, 1, -1, 1, -1, 1))
+
+
 @pytest.fixture
 def renderer():
     r = SurfaceRenderer(320, 240, "gl")
@@ -42,10 +47,9 @@ def test_context_is_on_the_cuda_device(renderer):
 
 def test_interop_image_equals_upload_image(renderer):
     vol, val = field()
-    h = 2 / 63
-    mesh = marching_cubes(vol, 0.06, spacing=(h, h, h), origin=(-1, -1, -1), values=val)
+    mesh = marching_cubes(vol, 0.06, **TORUS, values=val)
     cam = Camera.fit((-1, 1, -1, 1, -1, 1), azimuth=30, elevation=35)
-    kw = dict(camera=cam, vmin=-2.0, vmax=2.0, bounds=(-1, 1, -1, 1, -1, 1))
+    kw = dict(camera=cam, **KW)
     host_rgba, host_depth = renderer.render(*mesh, **kw)
     dmesh = [cp.asarray(a) for a in mesh]
     with insitu.no_host_transfers():
@@ -57,16 +61,15 @@ def test_interop_image_equals_upload_image(renderer):
 
 def test_marching_cubes_writes_into_the_gl_buffers(renderer):
     vol, val = field()
-    h = 2 / 63
     dvol, dval = cp.asarray(vol), cp.asarray(val)
-    ref = marching_cubes(dvol, 0.06, spacing=(h, h, h), origin=(-1, -1, -1), values=dval)
+    ref = marching_cubes(dvol, 0.06, **TORUS, values=dval)
     nv, nf = len(ref[0]), len(ref[1])
     cam = Camera.fit((-1, 1, -1, 1, -1, 1), azimuth=30, elevation=35)
-    kw = dict(camera=cam, vmin=-2.0, vmax=2.0, bounds=(-1, 1, -1, 1, -1, 1))
+    kw = dict(camera=cam, **KW)
     want, _ = renderer.render(*ref, **kw)
     with insitu.count_transfers() as counted:
         with renderer.mesh_buffers(nv, nf, values=True) as (bv, bf, bn, bs):
-            marching_cubes(dvol, 0.06, spacing=(h, h, h), origin=(-1, -1, -1), values=dval, out=(bv, bf, bn, bs))
+            marching_cubes(dvol, 0.06, **TORUS, values=dval, out=(bv, bf, bn, bs))
         rgba, depth = renderer.draw(nf, values=True, device=True, **kw)
     assert counted.bytes == 0  # only the mesh's counts were read back, as scalars
     cp.testing.assert_array_equal(rgba, want)
@@ -74,11 +77,7 @@ def test_marching_cubes_writes_into_the_gl_buffers(renderer):
 
 def torus_mesh():
     vol, val = field()
-    h = 2 / 63
-    return marching_cubes(vol, 0.06, spacing=(h, h, h), origin=(-1, -1, -1), values=val)
-
-
-KW = dict(vmin=-2.0, vmax=2.0, bounds=(-1, 1, -1, 1, -1, 1))
+    return marching_cubes(vol, 0.06, **TORUS, values=val)
 
 
 @pytest.mark.parametrize("azimuth,elevation", [(30, 35), (-120, -20)])
@@ -105,9 +104,8 @@ def test_cuda_rasterizer_equals_numba_and_opengl(renderer, azimuth, elevation):
 
 def test_cuda_rasterizer_draws_what_marching_cubes_wrote():
     vol, val = field()
-    h = 2 / 63
     dvol, dval = cp.asarray(vol), cp.asarray(val)
-    ref = marching_cubes(dvol, 0.06, spacing=(h, h, h), origin=(-1, -1, -1), values=dval)
+    ref = marching_cubes(dvol, 0.06, **TORUS, values=dval)
     nv, nf = len(ref[0]), len(ref[1])
     cam = Camera.fit((-1, 1, -1, 1, -1, 1), azimuth=30, elevation=35)
     r = SurfaceRenderer(320, 240)  # auto: device meshes take the software path
@@ -115,7 +113,7 @@ def test_cuda_rasterizer_draws_what_marching_cubes_wrote():
     with insitu.count_transfers() as counted:
         with r.mesh_buffers(nv, nf, values=True) as (bv, bf, bn, bs):
             assert isinstance(bv, cp.ndarray)
-            marching_cubes(dvol, 0.06, spacing=(h, h, h), origin=(-1, -1, -1), values=dval, out=(bv, bf, bn, bs))
+            marching_cubes(dvol, 0.06, **TORUS, values=dval, out=(bv, bf, bn, bs))
         rgba, depth = r.draw(nf, values=True, camera=cam, device=True, **KW)
     assert counted.bytes == 0
     cp.testing.assert_array_equal(rgba, want)
