@@ -35,6 +35,7 @@ _SOURCE = r"""
 #define EDGE_K {%(e2)s}
 #define EDGE_A {%(ea)s}
 #define FULL 0xFFFFFFFFu
+#define TILE %(tile)s  // segments along k per pass-1 warp: a tile of the two-level scan
 
 struct Vol { long long s0, s1, s2; int elo[3], ehi[3]; };  // strides; samples gradients use
 struct Box { int lo0, lo1, lo2, hi0, hi1, hi2, chunk; };
@@ -117,7 +118,7 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
     const int lane = threadIdx.x;
     // The 8 warps of a block take consecutive row groups (they share the rows between).
     const int j0 = b.lo1 + R * (blockIdx.x * blockDim.y + threadIdx.y);
-    const int k = b.lo2 + 31 * blockIdx.y + lane;
+    const int k = b.lo2 + TILE * blockIdx.y + lane;
     if (j0 > b.hi1 || k - lane > b.hi2) return;
     const int m1 = b.hi1 - b.lo1 + 1, m2 = b.hi2 - b.lo2 + 1;
     const bool kin = k <= b.hi2, own = kin && lane < 31;
@@ -282,7 +283,7 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     // A segment's first vertex: its tile's (exclusive scan of the tile totals) plus its own
     // within the tile (see mc_count).
     auto first_vertex = [&](long long s, int cc, int rr1, int rr2) {
-        const long long tile = ((long long)cc * m1 + rr1) * ntk + rr2 / 31;
+        const long long tile = ((long long)cc * m1 + rr1) * ntk + rr2 / TILE;
         return vti[tile] - vtile[tile] + vloc[s];
     };
     int cnt[4], t = 0;
@@ -293,7 +294,7 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
         cnt[r] = own && j + dj <= b.hi1 && k + dk <= b.hi2 ? first_vertex(s, c, r1 + dj, r2 + dk) : 0;
     }
     if (own) {
-        const long long tile = ((long long)c * m1 + r1) * ntk + r2 / 31;
+        const long long tile = ((long long)c * m1 + r1) * ntk + r2 / TILE;
         t = tti[tile] - ttile[tile] + tloc[seg];
     }
     const long long s0 = g.s0, s1 = g.s1;
@@ -464,6 +465,7 @@ def _module():
     subst = {f"c{a}": ", ".join(str(int(x)) for x in CORNERS[:, a]) for a in range(3)}
     subst.update({f"e{a}": ", ".join(str(int(x)) for x in EDGE_BASE[:, a]) for a in range(3)})
     subst["ea"] = ", ".join(str(int(x)) for x in EDGE_AXIS)
+    subst["tile"] = _TILE
     names = [f"mc_{kind}<{t}, {args}>" for kind, args in _KERNELS.items() for t in _TYPES.values()]
     return cupy.RawModule(code=_SOURCE % subst, options=("-std=c++14", "-default-device"),
                            name_expressions=names)
