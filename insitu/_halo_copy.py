@@ -11,6 +11,7 @@ launch overhead).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Sequence
 
@@ -25,46 +26,126 @@ Move = tuple[Box, Box, tuple[int, int, int]]
 
 _TYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long", 16: "ulonglong2"}
 _THREADS, _PER_BLOCK = 256, 1024
-_ROW = 12
+_ROW = 16
 
 _SOURCE = r"""
 typedef {ctype} elem_t;
-// One launch copies every box of a move list. Each CUDA block copies up to {per_block}
+#define ROW {row}
+#define PER_BLOCK {per_block}
+#define THREADS {threads}
+#define PER_THREAD (PER_BLOCK / THREADS)
+
+// Wait until a flag written by a peer reaches this exchange's epoch, or give up after
+// budget_ns (then mark *failed, which the host turns into PeerTimeoutError).
+__device__ bool await_flag(const volatile long long* flag, long long e, long long budget_ns,
+                           volatile int* failed)
+{{
+    if (*failed) return false;  // an earlier wait of this exchange gave up already
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    while (*flag < e) {{
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        if ((long long)(t - t0) > budget_ns) {{ *failed = 1; return false; }}
+        __nanosleep(32);
+    }}
+    __threadfence_system();
+    return true;
+}}
+
+// One launch copies every box of a move list. Each CUDA block copies up to PER_BLOCK
 // consecutive elements of one box and finds its box by binary search over the boxes'
 // first CUDA-block index (the same for all its threads). Arrays are reached through
-// a table of pointers; the exchange area is one of them, with strides that make it
-// contiguous. Box sizes fit 32 bits, addresses use 64.
-// tab: per box {{first_cuda_block, n, nj, nk, src, src_base, src_s0, src_s1,
-//                dst, dst_base, dst_s0, dst_s1}}.
+// a table of pointers; the exchange area (and peers' areas mapped by CUDA IPC) are
+// among them, with strides that make them contiguous. Box sizes fit 32 bits.
+// tab: per box {{first_item, n, nj, nk, src, src_base, src_s0, src_s1,
+//                dst, dst_base, dst_s0, dst_s1, twin, wait, post, -}}.
+// twin: a second box of the same shape copied by the same threads (the mirror move
+//   between two blocks: it reads the sectors the first one writes, so each 32-byte
+//   sector of a thin ghost layer is fetched once instead of twice).
+// wait: index into waits[] of a flag to await before copying (a peer's "free" or
+//   "arrived"); post: index of a group in posts[] = {{counter, items, flag}}: the last
+//   CUDA block of the group to finish writes the epoch into flag (a peer's "arrived").
 extern "C" __global__ void {name}(elem_t* const* __restrict__ ptrs,
                                   const long long* __restrict__ tab, const int nbox,
-                                  const int nwork)
+                                  const int nwork, const long long* __restrict__ epoch,
+                                  const unsigned long long* __restrict__ waits,
+                                  const unsigned long long* __restrict__ posts,
+                                  const long long budget_ns, int* failed)
 {{
-    // Grid-stride over work items ({per_block} elements of one box each), so a launch
-    // can be given fewer CUDA blocks than items and leave SMs to concurrent work.
+    __shared__ int go;
+    // Grid-stride over work items, so a launch can be given fewer CUDA blocks than
+    // items and leave SMs to concurrent work.
     for (int w = blockIdx.x; w < nwork; w += gridDim.x) {{
         int lo = 0, hi = nbox - 1;
         while (lo < hi) {{
             const int mid = (lo + hi + 1) >> 1;
-            if (tab[{row} * mid] <= w) lo = mid; else hi = mid - 1;
+            if (tab[ROW * mid] <= w) lo = mid; else hi = mid - 1;
         }}
-        const long long* r = tab + {row} * lo;
-        const int n = (int)r[1], nj = (int)r[2], nk = (int)r[3], njk = nj * nk;
-        const elem_t* __restrict__ src = ptrs[r[4]] + r[5];
-        elem_t* __restrict__ dst = ptrs[r[8]] + r[9];
-        const long long ss0 = r[6], ss1 = r[7], ds0 = r[10], ds1 = r[11];
-        const int first = (int)(w - r[0]) * {per_block};
-        #pragma unroll
-        for (int e = 0; e < {per_block} / {threads}; ++e) {{
-            const int t = first + e * {threads} + threadIdx.x;
-            if (t < n) {{
-                const int i = t / njk;
-                const int rem = t - i * njk;
-                const int j = rem / nk;
-                const int k = rem - j * nk;
-                dst[i * ds0 + j * ds1 + k] = src[i * ss0 + j * ss1 + k];
+        const long long* r = tab + ROW * lo;
+        const long long wt = r[13], ps = r[14];
+        if (wt >= 0) {{
+            if (threadIdx.x == 0)
+                go = await_flag((const volatile long long*)waits[wt], epoch[0], budget_ns, failed);
+            __syncthreads();
+        }}
+        if (wt < 0 || go) {{
+            const int n = (int)r[1], nj = (int)r[2], nk = (int)r[3], njk = nj * nk;
+            const elem_t* __restrict__ src = ptrs[r[4]] + r[5];
+            elem_t* __restrict__ dst = ptrs[r[8]] + r[9];
+            const long long ss0 = r[6], ss1 = r[7], ds0 = r[10], ds1 = r[11];
+            const long long tw = r[12];
+            const int first = (int)(w - r[0]) * PER_BLOCK;
+            elem_t v[PER_THREAD], u[PER_THREAD];
+            long long at[PER_THREAD], at2[PER_THREAD];
+            const elem_t* src2 = src;
+            elem_t* dst2 = dst;
+            long long ts0 = 0, ts1 = 0, us0 = 0, us1 = 0;
+            if (tw >= 0) {{
+                const long long* q = tab + ROW * tw;
+                src2 = ptrs[q[4]] + q[5];
+                dst2 = ptrs[q[8]] + q[9];
+                ts0 = q[6]; ts1 = q[7]; us0 = q[10]; us1 = q[11];
+            }}
+            // All loads (of both boxes) before any store: more requests in flight.
+            #pragma unroll
+            for (int e = 0; e < PER_THREAD; ++e) {{
+                const int t = first + e * THREADS + threadIdx.x;
+                if (t < n) {{
+                    const int i = t / njk;
+                    const int rem = t - i * njk;
+                    const int j = rem / nk;
+                    const int k = rem - j * nk;
+                    v[e] = src[i * ss0 + j * ss1 + k];
+                    at[e] = i * ds0 + j * ds1 + k;
+                    if (tw >= 0) {{
+                        u[e] = src2[i * ts0 + j * ts1 + k];
+                        at2[e] = i * us0 + j * us1 + k;
+                    }}
+                }}
+            }}
+            #pragma unroll
+            for (int e = 0; e < PER_THREAD; ++e) {{
+                if (first + e * THREADS + (int)threadIdx.x < n) {{
+                    dst[at[e]] = v[e];
+                    if (tw >= 0) dst2[at2[e]] = u[e];
+                }}
             }}
         }}
+        if (ps >= 0) {{
+            __threadfence_system();  // this block's writes (into a peer's memory) land first
+            __syncthreads();
+            if (threadIdx.x == 0) {{
+                const unsigned long long* p = posts + 3 * ps;
+                const long long e = epoch[0];
+                const unsigned long long done = atomicAdd((unsigned long long*)p[0], 1ULL) + 1ULL;
+                if (done == (unsigned long long)e * p[1] && !*(volatile int*)failed) {{
+                    __threadfence_system();
+                    *(volatile long long*)p[2] = e;
+                    __threadfence_system();
+                }}
+            }}
+        }}
+        if (wt >= 0 || ps >= 0) __syncthreads();  // `go` is rewritten by the next item
     }}
 }}
 """
@@ -86,8 +167,8 @@ class NumpyCopier:
     """Move by move slice copies (host arrays)."""
 
     def __init__(self, moves: Sequence[Move], dtype, shapes: dict[int, tuple[int, int, int]],
-                 *, max_blocks: int | None = None) -> None:
-        del dtype, shapes, max_blocks  # slices need none of them
+                 **options) -> None:
+        del dtype, shapes, options  # slices need none of them (twins, gates: device only)
         self._moves = [(self._view(s, shape), self._view(d, shape)) for s, d, shape in moves]
 
     @staticmethod
@@ -114,6 +195,22 @@ class NumpyCopier:
             self._get(d, blocks, area)[...] = self._get(s, blocks, area)
 
 
+@dataclasses.dataclass(frozen=True)
+class Gates:
+    """Device-side synchronization of a move list with peers (see :mod:`.transports.p2p`).
+
+    waits : flag addresses; a move gated by ``waits[i]`` starts once that flag holds
+        the current epoch. posts : flag addresses; when every CUDA block of the moves
+        of group ``i`` is done, the epoch is written into ``posts[i]``.
+    """
+
+    epoch: int  # address of the exchange's epoch counter (device)
+    failed: int  # address of the give-up flag (host-mapped)
+    budget_ns: int
+    waits: tuple[int, ...]
+    posts: tuple[int, ...]
+
+
 class CupyCopier:
     """One table-driven kernel launch per move list (device arrays).
 
@@ -121,42 +218,86 @@ class CupyCopier:
     device table of their pointers; tables for the last few sets of arrays are kept,
     so a solver that keeps (or double-buffers) its arrays uploads nothing per step,
     and one that allocates new arrays each step uploads 8 bytes per block (counted).
+
+    Options: ``max_blocks`` caps the grid; ``twins`` lists pairs ``(a, b)`` of move
+    indices of one shape that the same threads copy (mirror moves between two blocks);
+    ``extra`` maps further box keys (a peer's mapped area) to fixed device addresses;
+    ``gates`` (a :class:`Gates`) with ``gate[i] = (wait, post)`` per move (-1: none)
+    synchronizes moves with peers on the device.
     """
 
     _KEEP = 8
 
     def __init__(self, moves: Sequence[Move], dtype, shapes: dict[int, tuple[int, int, int]],
-                 *, max_blocks: int | None = None) -> None:
+                 *, max_blocks: int | None = None, twins: Sequence[tuple[int, int]] = (),
+                 extra: dict[Any, int] | None = None, gates: Gates | None = None,
+                 gate: Sequence[tuple[int, int]] | None = None) -> None:
         self._kernel = _get_halo_copy_kernel(np.dtype(dtype).itemsize)
         self._max_blocks = max_blocks
         self._order = sorted(shapes)
+        extra = dict(extra or {})
+        self._extra = tuple(extra.values())
         area_slot = len(self._order)
         slot = {g: i for i, g in enumerate(self._order)}
+        slot.update({k: area_slot + 1 + i for i, k in enumerate(extra)})
 
         def ref(box: Box, shape):
             gid, where = box
-            if gid is None:  # the area: contiguous, so strides from the box shape
-                return (area_slot, where, shape[1] * shape[2], shape[2])
+            if gid is None or gid in extra:  # an area: contiguous, so strides from the box shape
+                return (area_slot if gid is None else slot[gid], where, shape[1] * shape[2], shape[2])
             _, ny, nz = shapes[gid]
             i0, j0, k0 = where
             return (slot[gid], (i0 * ny + j0) * nz + k0, ny * nz, nz)
 
+        twin = dict(twins)
+        if len(set(twin) | set(twin.values())) != 2 * len(twin):
+            raise ValueError("halo copy: a move is paired twice")
+        gate = list(gate) if gate is not None else [(-1, -1)] * len(moves)
+        # Moves with work items first (binary-searched by the kernel), their twins after.
+        seconds = set(twin.values())
+        lead = [i for i in range(len(moves)) if i not in seconds]
+        where = {i: r for r, i in enumerate(lead + list(twin.values()))}
         rows, nblocks = [], 0
-        for s, d, (ni, nj, nk) in moves:
+        items = [0] * (len(gates.posts) if gates else 0)
+        for i in lead + list(twin.values()):
+            s, d, (ni, nj, nk) = moves[i]
             n = ni * nj * nk
             if n >= 2**31:
                 raise ValueError(f"halo exchange: a ghost box of {n} elements exceeds the kernel's 2^31 limit")
-            rows.append((nblocks, n, nj, nk, *ref(s, (ni, nj, nk)), *ref(d, (ni, nj, nk))))
-            nblocks += -(-n // _PER_BLOCK)
-        self._nbox, self._nblocks = len(rows), nblocks
+            first = -1 if i in seconds else nblocks
+            tw = -1
+            if i in twin:
+                if moves[twin[i]][2] != moves[i][2]:
+                    raise ValueError("halo copy: twin moves must have one shape")
+                tw = where[twin[i]]
+            w, p = gate[i]
+            rows.append((first, n, nj, nk, *ref(s, (ni, nj, nk)), *ref(d, (ni, nj, nk)), tw, w, p, 0))
+            if first >= 0:
+                k = -(-n // _PER_BLOCK)
+                nblocks += k
+                if p >= 0:
+                    items[p] += k
+        self._nbox, self._nblocks = len(lead), nblocks
         self._table = arrays.to_device(np.asarray(rows, np.int64).ravel()) if rows else None
         self._ptr_tables: dict[tuple[int, ...], Any] = {}
+        self._sync = (np.uint64(0), np.uint64(0), np.uint64(0), np.int64(0), np.uint64(0))
+        if gates is not None:
+            import cupy
+
+            # Per post group a counter of finished CUDA blocks; it never resets: the
+            # group is complete in epoch e when it reaches e * items.
+            self._counters = cupy.zeros(max(1, len(gates.posts)), np.uint64)
+            self._waits = arrays.to_device(np.asarray(gates.waits or (0,), np.uint64))
+            post_rows = [(self._counters.data.ptr + 8 * i, items[i], f) for i, f in enumerate(gates.posts)]
+            self._posts = arrays.to_device(np.asarray(post_rows or [(0, 0, 0)], np.uint64).ravel())
+            self._sync = (np.uint64(gates.epoch), self._waits, self._posts, np.int64(gates.budget_ns),
+                          np.uint64(gates.failed))
 
     def upload_pointers(self, blocks, area):
         """Device table of the arrays' pointers (uploaded once per set of arrays)."""
         if self._table is None:
             return None  # no boxes: nothing will read it
-        key = (*(blocks[g].data.ptr for g in self._order), area.data.ptr)
+        key = (*(blocks[g].data.ptr for g in self._order), area.data.ptr, *self._extra)
         tab = self._ptr_tables.get(key)
         if tab is None:
             if len(self._ptr_tables) >= self._KEEP:
@@ -169,4 +310,6 @@ class CupyCopier:
             return
         ptrs = self.upload_pointers(blocks, area)
         grid = self._nblocks if self._max_blocks is None else min(self._nblocks, self._max_blocks)
-        self._kernel((grid,), (_THREADS,), (ptrs, self._table, np.int32(self._nbox), np.int32(self._nblocks)))
+        epoch, waits, posts, budget, failed = self._sync
+        self._kernel((grid,), (_THREADS,), (ptrs, self._table, np.int32(self._nbox), np.int32(self._nblocks),
+                                            epoch, waits, posts, budget, failed))

@@ -21,7 +21,7 @@ import numpy as np
 from . import arrays
 from .domain import DIRECTIONS, Domain
 from .errors import MismatchError
-from ._halo_copy import CupyCopier, NumpyCopier
+from ._halo_copy import CupyCopier, Gates, NumpyCopier
 from .transports import (KNOWN, PeerInfo, TransportContext, alloc_area, choose, get_transport, wait_requests,
                          wait_stream)
 
@@ -104,6 +104,10 @@ class HaloExchange:
     graphs : bool
         On the GPU, when every peer is reached by a stream-ordered transport (same
         rank, NCCL, p2p), replay each exchange as a captured CUDA graph (default).
+    fuse : bool
+        When every remote peer is reached by ``p2p``, run the whole exchange as one
+        kernel that writes straight into the peers' areas (default); ``False`` keeps
+        the separate pack, transfer and unpack steps (for comparison).
 
     Notes
     -----
@@ -113,12 +117,14 @@ class HaloExchange:
     """
 
     def __init__(self, domain: Domain, comm=None, *, transport: str | Mapping[int, str] | None = None,
-                 timeout: float = 60.0, graphs: bool = True) -> None:
+                 timeout: float = 60.0, graphs: bool = True, fuse: bool = True) -> None:
         self.domain = domain
         self.graphs = bool(graphs)
+        self.fuse = bool(fuse)
         self._graphs: dict | None = None
         self._warm = False
         self._side = None
+        self._fused = None
         self._seen = None
         self.timeout = float(timeout)
         self._user_comm = comm
@@ -194,6 +200,12 @@ class HaloExchange:
         path. `host_steps=False` (graph capture) leaves out the transports' host-side
         waits.
         """
+        if self._fused is not None:
+            self._p2p.begin()
+            self._fused.run(arrs, self._area)
+            if host_steps:
+                self._p2p.release()
+            return
         side = self._side
         if side is not None:
             import cupy
@@ -239,8 +251,9 @@ class HaloExchange:
                 self._exchange_eager(arrs, deadline)
                 self._warm = True
                 return
-            for c in (self._direct, self._pack, self._unpack):
-                c.upload_pointers(arrs, self._area)  # outside the capture
+            for c in (self._direct, self._pack, self._unpack, self._fused):
+                if c is not None:
+                    c.upload_pointers(arrs, self._area)  # outside the capture
             stream = cupy.cuda.Stream(non_blocking=True)
             with stream:
                 stream.begin_capture(getattr(cupy.cuda.runtime, "streamCaptureModeRelaxed", 2))
@@ -383,6 +396,9 @@ class HaloExchange:
         self._transports = [get_transport(n)(self._ctx, s, r, self._area)
                             for n, (s, r) in sorted(by_name.items())]
         self._key = key
+        if (self.fuse and backend == "cupy" and self._transports
+                and all(t.name == "p2p" for t in self._transports)):
+            self._fuse(dtype, self._transports[0])
         if backend == "cupy" and self.graphs and all(t.stream_ordered for t in self._transports):
             self._graphs = {}
 
@@ -401,13 +417,16 @@ class HaloExchange:
                 pack.append(((m.src, _starts(m.send)), (None, off), m.shape))
                 off += m.size
             self._send_seg[p] = (start, off - start)
+        self._unpack_from = []  # the peer each unpack move's data comes from
         for p in sorted(self._recvs):
             start = off
             for m in self._recvs[p]:
                 unpack.append(((None, off), (m.dst, _starts(m.recv)), m.shape))
+                self._unpack_from.append(p)
                 off += m.size
             self._recv_seg[p] = (start, off - start)
-        direct = [((m.src, _starts(m.send)), (m.dst, _starts(m.recv)), m.shape) for m in self._local_msgs]
+        local, twins = _mirror_pairs(self._local_msgs)
+        direct = [((m.src, _starts(m.send)), (m.dst, _starts(m.recv)), m.shape) for m in local]
         self._area = alloc_area(off, np.dtype(dtype), backend)
         copier = CupyCopier if backend == "cupy" else NumpyCopier
         shapes = {g: self.domain.block(g).padded_shape for g in self.local}
@@ -422,7 +441,37 @@ class HaloExchange:
                 # every SM for the transport's kernels (NCCL's) to start at once.
                 side_blocks = 2 * cupy.cuda.Device().attributes["MultiProcessorCount"]
         self._pack, self._unpack = (copier(mv, dtype, shapes) for mv in (pack, unpack))
-        self._direct = copier(direct, dtype, shapes, max_blocks=side_blocks)
+        self._direct = copier(direct, dtype, shapes, max_blocks=side_blocks, twins=twins)
+        self._moves = (pack, direct, twins, unpack)
+        self._fused = None
+
+    def _fuse(self, dtype: str, p2p) -> None:
+        """One kernel for the whole exchange over p2p: it writes the remote boxes
+        straight into the peers' areas (after their "free"), copies the same-rank
+        boxes, and unpacks what the peers wrote into ours (after their "arrived")."""
+        pack, direct, twins, unpack = self._moves
+        gates = p2p.gates()
+        senders, receivers = sorted(self._sends), sorted(self._recvs)
+        waits = [gates["free"][p] for p in senders] + [gates["inbox"][q] for q in receivers]
+        moves, gate = [], []
+        for n, p in enumerate(senders):
+            at = 0
+            for m in self._sends[p]:
+                moves.append(((m.src, _starts(m.send)), (("peer", p), at), m.shape))
+                gate.append((n, n))
+                at += m.size
+        base = len(moves)
+        moves += direct
+        gate += [(-1, -1)] * len(direct)
+        moves += unpack
+        gate += [(len(senders) + receivers.index(q), -1) for q in self._unpack_from]
+        shapes = {g: self.domain.block(g).padded_shape for g in self.local}
+        self._fused = CupyCopier(
+            moves, dtype, shapes, twins=[(a + base, b + base) for a, b in twins],
+            extra={("peer", p): gates["dst"][p] for p in senders}, gate=gate,
+            gates=Gates(gates["epoch"], gates["failed"], gates["budget_ns"], tuple(waits),
+                        tuple(gates["arrived"][p] for p in senders)))
+        self._p2p = p2p
 
     def _choice(self, me: PeerInfo, peer: PeerInfo, infos) -> str:
         o = self._override
@@ -433,6 +482,25 @@ class HaloExchange:
             get_transport(name)
             return name
         return choose(me, peer, infos)
+
+
+def _mirror_pairs(msgs: list[_Msg]) -> tuple[list[_Msg], list[tuple[int, int]]]:
+    """`msgs` reordered so that each message sits next to its mirror (the copy in the
+    opposite direction between the same two blocks), and the index pairs of those."""
+    at = {(m.src, m.dst, m.direction): i for i, m in enumerate(msgs)}
+    out, pairs, used = [], [], set()
+    for i, m in enumerate(msgs):
+        if i in used:
+            continue
+        used.add(i)
+        j = at.get((m.dst, m.src, tuple(-x for x in m.direction)))
+        if j is not None and j not in used and msgs[j].shape == m.shape:
+            used.add(j)
+            pairs.append((len(out), len(out) + 1))
+            out += [m, msgs[j]]
+        else:
+            out.append(m)
+    return out, pairs
 
 
 def _starts(slices) -> tuple[int, int, int]:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from insitu import Domain, HaloExchange, MismatchError, exchange_halos
-from insitu.halo import halo_messages
+from insitu.halo import _mirror_pairs, halo_messages
 
 
 def _blocks(dom, G, fill=-1.0):
@@ -51,6 +51,27 @@ def test_every_ghost_cell_written_exactly_once():
         shell = np.ones(b.padded_shape, bool)
         shell[b.interior] = False
         assert (hits[shell] == 1).all() and (hits[~shell] == 0).all()
+
+
+@pytest.mark.parametrize("periodic", [False, True])
+@pytest.mark.parametrize("blocks", [(2, 2, 2), (1, 2, 3), (3, 1, 1)])
+def test_mirror_pairs_for_the_device_copy(periodic, blocks):
+    # The GPU copy kernel runs each pair with the same threads, reading both sources
+    # before writing: valid only if no pair writes where the other member reads.
+    dom = Domain.create((7, 8, 9), blocks=blocks, ghost=2, periodic=periodic)
+    msgs = halo_messages(dom)
+    out, pairs = _mirror_pairs(msgs)
+    assert sorted(map(id, out)) == sorted(map(id, msgs))
+    assert len(pairs) * 2 == len(msgs)  # every copy has its mirror in this domain
+    for a, b in pairs:
+        ma, mb = out[a], out[b]
+        assert b == a + 1 and (mb.src, mb.dst) == (ma.dst, ma.src) and ma.shape == mb.shape
+        assert mb.direction == tuple(-x for x in ma.direction)
+        for w, r in ((ma, mb), (mb, ma)):
+            if w.dst == r.src:
+                written = np.zeros(dom.block(w.dst).padded_shape, bool)
+                written[w.recv] = True
+                assert not written[r.send].any()
 
 
 def test_ghost_zero_is_a_no_op():

@@ -141,17 +141,25 @@ class P2PTransport(Transport):
     def _arrived_slot(self, base: int, rank: int) -> np.uint64:
         return np.uint64(base + 8 * (1 + self._size + rank))
 
-    def start(self) -> None:
-        import cupy
-
-        tick, post, wait = _kernels()
-        stream = cupy.cuda.get_current_stream()
+    def begin(self) -> None:
+        """Steps 1 and 2: a new epoch; tell our senders their segments are free."""
+        tick, post, _ = _kernels()
         me = self.ctx.rank
         epoch = np.uint64(self._flags)
         one = ((1,), (1,))
         tick(*one, (epoch,))
         for q in sorted(self.recv):  # our segment for q is free again (earlier reads are done)
             post(*one, (epoch, self._free_slot(self._peer_flags[q], me)))
+
+    def start(self) -> None:
+        import cupy
+
+        _, post, wait = _kernels()
+        stream = cupy.cuda.get_current_stream()
+        me = self.ctx.rank
+        epoch = np.uint64(self._flags)
+        one = ((1,), (1,))
+        self.begin()
         for p in sorted(self.send):
             wait(*one, (epoch, self._free_slot(self._flags, p), self._budget, np.uint64(self._failed)))
             cupy.cuda.runtime.memcpyAsync(self._peer_dst[p], self.send[p].data.ptr, self._nbytes[p], _DEFAULT,
@@ -159,6 +167,23 @@ class P2PTransport(Transport):
             post(*one, (epoch, self._arrived_slot(self._peer_flags[p], me)))
         for q in sorted(self.recv):
             wait(*one, (epoch, self._arrived_slot(self._flags, q), self._budget, np.uint64(self._failed)))
+
+    def gates(self) -> dict:
+        """Addresses for a kernel that writes into the peers' areas itself (steps 3-4 fused).
+
+        ``dst[p]``: our segment in peer p's area (mapped); ``free[p]``: our flag that p
+        sets when that segment may be written; ``arrived[p]``: p's flag that says our
+        data is there; ``inbox[q]``: our flag that q sets when its data is in our area.
+        Call :meth:`begin` first in each exchange.
+        """
+        me = self.ctx.rank
+        return {
+            "epoch": self._flags, "failed": self._failed, "budget_ns": int(self._budget),
+            "dst": dict(self._peer_dst),
+            "free": {p: int(self._free_slot(self._flags, p)) for p in self.send},
+            "arrived": {p: int(self._arrived_slot(self._peer_flags[p], me)) for p in self.send},
+            "inbox": {q: int(self._arrived_slot(self._flags, q)) for q in self.recv},
+        }
 
     def wait(self, deadline) -> None:
         """Nothing on the host: the receive segments are stream-ordered after the waits."""

@@ -39,7 +39,7 @@ def worker(args) -> None:
     n = args.n
     dom = Domain.create((n, n, n), blocks=args.blocks, ghost=1, nranks=size)
     blocks = {g: cp.random.random(dom.block(g).padded_shape, dtype=cp.float32) for g in dom.blocks_of(rank)}
-    ex = HaloExchange(dom, comm, transport=args.transport, graphs=not args.no_graphs)
+    ex = HaloExchange(dom, comm, transport=args.transport, graphs=not args.no_graphs, fuse=not args.no_fuse)
     for _ in range(args.warmup):
         ex.exchange(blocks)
     stream = cp.cuda.get_current_stream()
@@ -140,8 +140,10 @@ CONFIGS = [
     ("2 ranks on 1 GPU, MPI staged through host", 2, "0", ["--transport", "mpi"]),
     ("2 ranks on 2 GPUs (NCCL), CUDA graph", 2, "0,1", []),
     ("2 ranks on 2 GPUs (NCCL), eager", 2, "0,1", ["--no-graphs"]),
-    ("2 ranks on 2 GPUs (p2p: CUDA IPC push, device flags), CUDA graph", 2, "0,1", ["--transport", "p2p"]),
-    ("2 ranks on 2 GPUs (p2p: CUDA IPC push, device flags), eager", 2, "0,1", ["--transport", "p2p", "--no-graphs"]),
+    ("2 ranks on 2 GPUs (p2p: one fused kernel), CUDA graph", 2, "0,1", ["--transport", "p2p"]),
+    ("2 ranks on 2 GPUs (p2p: one fused kernel), eager", 2, "0,1", ["--transport", "p2p", "--no-graphs"]),
+    ("2 ranks on 2 GPUs (p2p: pack, CUDA IPC copy, unpack), CUDA graph", 2, "0,1",
+     ["--transport", "p2p", "--no-fuse"]),
     ("8 ranks on 2 GPUs (CUDA IPC, peer-to-peer)", 8, "0,1", []),
 ]
 
@@ -217,6 +219,7 @@ def main() -> None:
     ap.add_argument("--transport", default=None)
     ap.add_argument("--md", default=None)
     ap.add_argument("--no-graphs", action="store_true")
+    ap.add_argument("--no-fuse", action="store_true", help="p2p: separate pack, transfer and unpack steps")
     ap.add_argument("--only", default="", help="run only configurations whose label contains this")
     args = ap.parse_args()
     worker(args) if args.worker else driver(args)
