@@ -251,9 +251,9 @@ class HaloExchange:
                 self._exchange_eager(arrs, deadline)
                 self._warm = True
                 return
-            for c in (self._direct, self._pack, self._unpack, self._fused):
-                if c is not None:
-                    c.upload_pointers(arrs, self._area)  # outside the capture
+            used = (self._fused,) if self._fused is not None else (self._direct, self._pack, self._unpack)
+            for c in used:
+                c.upload_pointers(arrs, self._area)  # outside the capture
             stream = cupy.cuda.Stream(non_blocking=True)
             with stream:
                 stream.begin_capture(getattr(cupy.cuda.runtime, "streamCaptureModeRelaxed", 2))
