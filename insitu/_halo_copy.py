@@ -36,16 +36,17 @@ typedef {ctype} elem_t;
 #define PER_THREAD (PER_BLOCK / THREADS)
 
 // Wait until a flag written by a peer reaches this exchange's epoch, or give up after
-// budget_ns (then mark *failed, which the host turns into PeerTimeoutError).
+// budget_ns: then mark gave_up (device memory, which later waits read) and failed
+// (host-mapped: the host turns it into PeerTimeoutError; reading it here would cross PCIe).
 __device__ bool await_flag(const volatile long long* flag, long long e, long long budget_ns,
-                           volatile int* failed)
+                           volatile long long* gave_up, volatile int* failed)
 {{
-    if (*failed) return false;  // an earlier wait of this exchange gave up already
+    if (*gave_up) return false;  // an earlier wait of this exchange gave up already
     unsigned long long t0, t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     while (*flag < e) {{
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        if ((long long)(t - t0) > budget_ns) {{ *failed = 1; return false; }}
+        if ((long long)(t - t0) > budget_ns) {{ *gave_up = 1; *failed = 1; return false; }}
         __nanosleep(32);
     }}
     __threadfence_system();
@@ -70,7 +71,7 @@ extern "C" __global__ void {name}(elem_t* const* __restrict__ ptrs,
                                   const int nwork, const long long* __restrict__ epoch,
                                   const unsigned long long* __restrict__ waits,
                                   const unsigned long long* __restrict__ posts,
-                                  const long long budget_ns, int* failed)
+                                  const long long budget_ns, long long* gave_up, int* failed)
 {{
     __shared__ int go;
     // Grid-stride over work items, so a launch can be given fewer CUDA blocks than
@@ -85,7 +86,7 @@ extern "C" __global__ void {name}(elem_t* const* __restrict__ ptrs,
         const long long wt = r[13], ps = r[14];
         if (wt >= 0) {{
             if (threadIdx.x == 0)
-                go = await_flag((const volatile long long*)waits[wt], epoch[0], budget_ns, failed);
+                go = await_flag((const volatile long long*)waits[wt], epoch[0], budget_ns, gave_up, failed);
             __syncthreads();
         }}
         if (wt < 0 || go) {{
@@ -135,13 +136,12 @@ extern "C" __global__ void {name}(elem_t* const* __restrict__ ptrs,
             __syncthreads();
             if (threadIdx.x == 0) {{
                 // One system-scope fence per CUDA block, after the barrier, orders all
-                // its threads' writes (into a peer's memory) before the count; a fence
-                // in every thread costs ~10 ns each, serialized (0.6 ms per exchange).
+                // its threads' writes (into a peer's memory) before the count.
                 __threadfence_system();
                 const unsigned long long* p = posts + 3 * ps;
                 const long long e = epoch[0];
                 const unsigned long long done = atomicAdd((unsigned long long*)p[0], 1ULL) + 1ULL;
-                if (done == (unsigned long long)e * p[1] && !*(volatile int*)failed) {{
+                if (done == (unsigned long long)e * p[1] && !*(volatile long long*)gave_up) {{
                     __threadfence_system();
                     *(volatile long long*)p[2] = e;
                     __threadfence_system();
@@ -208,7 +208,8 @@ class Gates:
     """
 
     epoch: int  # address of the exchange's epoch counter (device)
-    failed: int  # address of the give-up flag (host-mapped)
+    gave_up: int  # address of the exchange's give-up flag (device)
+    failed: int  # address of the give-up flag the host reads (host-mapped)
     budget_ns: int
     waits: tuple[int, ...]
     posts: tuple[int, ...]
@@ -283,7 +284,7 @@ class CupyCopier:
         self._nbox, self._nblocks = len(lead), nblocks
         self._table = arrays.to_device(np.asarray(rows, np.int64).ravel()) if rows else None
         self._ptr_tables: dict[tuple[int, ...], Any] = {}
-        self._sync = (np.uint64(0), np.uint64(0), np.uint64(0), np.int64(0), np.uint64(0))
+        self._sync = (np.uint64(0), np.uint64(0), np.uint64(0), np.int64(0), np.uint64(0), np.uint64(0))
         if gates is not None:
             import cupy
 
@@ -294,7 +295,7 @@ class CupyCopier:
             post_rows = [(self._counters.data.ptr + 8 * i, items[i], f) for i, f in enumerate(gates.posts)]
             self._posts = arrays.to_device(np.asarray(post_rows or [(0, 0, 0)], np.uint64).ravel())
             self._sync = (np.uint64(gates.epoch), self._waits, self._posts, np.int64(gates.budget_ns),
-                          np.uint64(gates.failed))
+                          np.uint64(gates.gave_up), np.uint64(gates.failed))
 
     def upload_pointers(self, blocks, area):
         """Device table of the arrays' pointers (uploaded once per set of arrays)."""
@@ -313,6 +314,5 @@ class CupyCopier:
             return
         ptrs = self.upload_pointers(blocks, area)
         grid = self._nblocks if self._max_blocks is None else min(self._nblocks, self._max_blocks)
-        epoch, waits, posts, budget, failed = self._sync
         self._kernel((grid,), (_THREADS,), (ptrs, self._table, np.int32(self._nbox), np.int32(self._nblocks),
-                                            epoch, waits, posts, budget, failed))
+                                            *self._sync))

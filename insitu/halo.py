@@ -469,7 +469,7 @@ class HaloExchange:
         self._fused = CupyCopier(
             moves, dtype, shapes, twins=[(a + base, b + base) for a, b in twins],
             extra={("peer", p): gates["dst"][p] for p in senders}, gate=gate,
-            gates=Gates(gates["epoch"], gates["failed"], gates["budget_ns"], tuple(waits),
+            gates=Gates(gates["epoch"], gates["gave_up"], gates["failed"], gates["budget_ns"], tuple(waits),
                         tuple(gates["arrived"][p] for p in senders)))
         self._p2p = p2p
 

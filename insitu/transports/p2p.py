@@ -37,7 +37,8 @@ _DEFAULT = 4  # cudaMemcpyDefault
 _HOST_MAPPED_PORTABLE = 3  # cudaHostAllocPortable | cudaHostAllocMapped
 
 _SOURCE = r"""
-extern "C" __global__ void p2p_tick(long long* epoch) { epoch[0] += 1; }
+// A new exchange: the epoch goes up, its "gave up" flag (device memory) is cleared.
+extern "C" __global__ void p2p_tick(long long* epoch, long long* gave_up) { epoch[0] += 1; *gave_up = 0; }
 
 // Write this exchange's epoch into a flag, here or in a peer's memory (mapped by IPC).
 extern "C" __global__ void p2p_post(const long long* __restrict__ epoch, unsigned long long flag) {
@@ -46,16 +47,20 @@ extern "C" __global__ void p2p_post(const long long* __restrict__ epoch, unsigne
     __threadfence_system();
 }
 
-// Wait until one of our flags, written by a peer, reaches this exchange's epoch.
+// Wait until one of our flags, written by a peer, reaches this exchange's epoch. On
+// giving up it marks gave_up (device memory, read by later waits: cheap) and failed
+// (host-mapped, read by the host; a GPU read of it crosses PCIe, so kernels do not).
 extern "C" __global__ void p2p_await(const long long* __restrict__ epoch, unsigned long long flag,
-                                     const long long budget_ns, unsigned long long failed) {
+                                     const long long budget_ns, unsigned long long gave_up,
+                                     unsigned long long failed) {
     const long long e = epoch[0];
-    if (*(volatile int*)failed) return;  // an earlier wait of this exchange gave up already
+    if (*(volatile long long*)gave_up) return;  // an earlier wait of this exchange gave up already
     unsigned long long t0, t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     while (*(volatile long long*)flag < e) {
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
         if ((long long)(t - t0) > budget_ns) {  // the peer never came: report, do not hang
+            *(volatile long long*)gave_up = 1;
             *(volatile int*)failed = 1;
             break;
         }
@@ -101,11 +106,12 @@ class P2PTransport(Transport):
                     raise ValueError(f"transport 'p2p': GPU {dev} cannot reach GPU {pdev} of rank {p} "
                                      "peer-to-peer; use 'nccl'")
         self._size = size
-        # Flags: [epoch, free_from[0..size), arrived_from[0..size)], a cudaMalloc of its
-        # own so that its IPC handle names exactly this buffer.
-        self._flags_mem = cupy.cuda.Memory(8 * (1 + 2 * size))
+        # Flags: [epoch, free_from[0..size), arrived_from[0..size), gave_up], a cudaMalloc
+        # of its own so that its IPC handle names exactly this buffer.
+        self._flags_mem = cupy.cuda.Memory(8 * (2 + 2 * size))
         self._flags = self._flags_mem.ptr
-        rt.memset(self._flags, 0, 8 * (1 + 2 * size))
+        self._gave_up = self._flags + 8 * (1 + 2 * size)
+        rt.memset(self._flags, 0, 8 * (2 + 2 * size))
         self._failed_host = rt.hostAlloc(4, _HOST_MAPPED_PORTABLE)
         ctypes.c_int.from_address(self._failed_host).value = 0
         self._failed = self._failed_host  # unified addressing: the device sees it at the same address
@@ -147,7 +153,7 @@ class P2PTransport(Transport):
         me = self.ctx.rank
         epoch = np.uint64(self._flags)
         one = ((1,), (1,))
-        tick(*one, (epoch,))
+        tick(*one, (epoch, np.uint64(self._gave_up)))
         for q in sorted(self.recv):  # our segment for q is free again (earlier reads are done)
             post(*one, (epoch, self._free_slot(self._peer_flags[q], me)))
 
@@ -161,12 +167,14 @@ class P2PTransport(Transport):
         one = ((1,), (1,))
         self.begin()
         for p in sorted(self.send):
-            wait(*one, (epoch, self._free_slot(self._flags, p), self._budget, np.uint64(self._failed)))
+            wait(*one, (epoch, self._free_slot(self._flags, p), self._budget, np.uint64(self._gave_up),
+                               np.uint64(self._failed)))
             cupy.cuda.runtime.memcpyAsync(self._peer_dst[p], self.send[p].data.ptr, self._nbytes[p], _DEFAULT,
                                           stream.ptr)
             post(*one, (epoch, self._arrived_slot(self._peer_flags[p], me)))
         for q in sorted(self.recv):
-            wait(*one, (epoch, self._arrived_slot(self._flags, q), self._budget, np.uint64(self._failed)))
+            wait(*one, (epoch, self._arrived_slot(self._flags, q), self._budget, np.uint64(self._gave_up),
+                               np.uint64(self._failed)))
 
     def gates(self) -> dict:
         """Addresses for a kernel that writes into the peers' areas itself (steps 3-4 fused).
@@ -178,7 +186,7 @@ class P2PTransport(Transport):
         """
         me = self.ctx.rank
         return {
-            "epoch": self._flags, "failed": self._failed, "budget_ns": int(self._budget),
+            "epoch": self._flags, "gave_up": self._gave_up, "failed": self._failed, "budget_ns": int(self._budget),
             "dst": dict(self._peer_dst),
             "free": {p: int(self._free_slot(self._flags, p)) for p in self.send},
             "arrived": {p: int(self._arrived_slot(self._peer_flags[p], me)) for p in self.send},
