@@ -125,6 +125,8 @@ class HaloExchange:
         self._warm = False
         self._side = None
         self._fused = None
+        self._replay = None  # (arrays, graph) of the last graph exchange
+        self._done = None  # event the host polls for the end of a graph exchange
         self._seen = None
         self.timeout = float(timeout)
         self._user_comm = comm
@@ -171,6 +173,11 @@ class HaloExchange:
             one dtype and, on the GPU, one device.
         """
         arrs = self._validate(blocks)
+        last = self._replay
+        if last is not None and arrs is last[0]:
+            # The same arrays as the last graph exchange (the usual time loop): replay.
+            self._launch(last[1], time.monotonic() + self.timeout)
+            return
         if self.domain.ghost == 0:
             return
         first = next(iter(arrs.values()), None)
@@ -242,7 +249,6 @@ class HaloExchange:
         """
         import cupy
 
-        cur = cupy.cuda.get_current_stream()
         key = tuple(arrs[g].data.ptr for g in self.local)
         graph = self._graphs.get(key)
         if graph is None:
@@ -264,9 +270,18 @@ class HaloExchange:
             if len(self._graphs) >= 8:
                 self._graphs.pop(next(iter(self._graphs)))
             self._graphs[key] = graph
+        self._replay = (arrs, graph)
+        self._launch(graph, deadline)
+
+    def _launch(self, graph, deadline: float) -> None:
+        import cupy
+
+        cur = cupy.cuda.get_current_stream()
         graph.launch(cur)
+        if self._done is None:
+            self._done = cupy.cuda.Event(disable_timing=True)
         wait_stream(cur, deadline, f"halo exchange on rank {self.rank}",
-                    on_timeout=lambda: [t.abort() for t in self._transports])
+                    on_timeout=lambda: [t.abort() for t in self._transports], event=self._done)
         for t in self._transports:
             t.check()
 
@@ -283,6 +298,7 @@ class HaloExchange:
         self._transports = []
         self._key = None
         self._graphs = None
+        self._replay = None
         self._warm = False
 
     def __enter__(self) -> "HaloExchange":

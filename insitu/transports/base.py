@@ -183,14 +183,18 @@ def recv_object(comm, source: int, tag: int, deadline: float, what: str):
         time.sleep(1e-4)
 
 
-def wait_stream(stream, deadline: float, what: str, on_timeout=None) -> None:
+def wait_stream(stream, deadline: float, what: str, on_timeout=None, event=None) -> None:
     """Wait for the work enqueued so far on a CUDA `stream`, or raise on `deadline`.
 
     Polls an event instead of synchronizing, so work stuck behind a peer that never
     posts its half becomes a :class:`PeerTimeoutError`. Spins first: sleeping costs
-    ~50 us a time, more than a small exchange takes.
+    ~50 us a time, more than a small exchange takes. A caller on a hot path passes its
+    own `event` (recorded here) to save creating one per call.
     """
-    event = stream.record()
+    if event is None:
+        event = stream.record()
+    else:
+        event.record(stream)
     spins = 0
     while not event.done:
         spins += 1

@@ -27,6 +27,7 @@ import time
 
 import numpy as np
 
+from .. import arrays
 from ..errors import PeerTimeoutError
 from .base import Transport, recv_object, wait_requests, wait_stream
 
@@ -37,8 +38,17 @@ _DEFAULT = 4  # cudaMemcpyDefault
 _HOST_MAPPED_PORTABLE = 3  # cudaHostAllocPortable | cudaHostAllocMapped
 
 _SOURCE = r"""
-// A new exchange: the epoch goes up, its "gave up" flag (device memory) is cleared.
-extern "C" __global__ void p2p_tick(long long* epoch, long long* gave_up) { epoch[0] += 1; *gave_up = 0; }
+// A new exchange: the epoch goes up, its "gave up" flag (device memory) is cleared,
+// and the epoch is written into each of the n flags (our senders' "free" slots for us).
+extern "C" __global__ void p2p_begin(long long* epoch, long long* gave_up,
+                                     const unsigned long long* __restrict__ flags, const int n) {
+    const long long e = epoch[0] + 1;
+    epoch[0] = e;
+    *gave_up = 0;
+    __threadfence_system();  // earlier reads of our area (the last unpack) are done
+    for (int i = 0; i < n; ++i) *(volatile long long*)flags[i] = e;
+    __threadfence_system();
+}
 
 // Write this exchange's epoch into a flag, here or in a peer's memory (mapped by IPC).
 extern "C" __global__ void p2p_post(const long long* __restrict__ epoch, unsigned long long flag) {
@@ -76,7 +86,7 @@ def _kernels():
     import cupy
 
     mod = cupy.RawModule(code=_SOURCE)
-    return mod.get_function("p2p_tick"), mod.get_function("p2p_post"), mod.get_function("p2p_await")
+    return mod.get_function("p2p_begin"), mod.get_function("p2p_post"), mod.get_function("p2p_await")
 
 
 class P2PTransport(Transport):
@@ -139,6 +149,9 @@ class P2PTransport(Transport):
                 self._opened.append(ar)
                 self._peer_dst[p] = ar + off
         self._nbytes = {p: v.nbytes for p, v in self.send.items()}
+        self._free_for = arrays.to_device(  # our "free" slot in each sender's flags
+            np.array([self._free_slot(self._peer_flags[q], me) for q in sorted(self.recv)] or [0], np.uint64))
+        self._failed_flag = ctypes.c_int.from_address(self._failed_host)
         self._budget = np.int64(ctx.timeout * 1e9)
 
     def _free_slot(self, base: int, rank: int) -> np.uint64:
@@ -148,14 +161,10 @@ class P2PTransport(Transport):
         return np.uint64(base + 8 * (1 + self._size + rank))
 
     def begin(self) -> None:
-        """Steps 1 and 2: a new epoch; tell our senders their segments are free."""
-        tick, post, _ = _kernels()
-        me = self.ctx.rank
-        epoch = np.uint64(self._flags)
-        one = ((1,), (1,))
-        tick(*one, (epoch, np.uint64(self._gave_up)))
-        for q in sorted(self.recv):  # our segment for q is free again (earlier reads are done)
-            post(*one, (epoch, self._free_slot(self._peer_flags[q], me)))
+        """Steps 1 and 2: a new epoch; tell our senders their segments are free (one kernel)."""
+        begin = _kernels()[0]
+        begin((1,), (1,), (np.uint64(self._flags), np.uint64(self._gave_up), self._free_for,
+                           np.int32(len(self.recv))))
 
     def start(self) -> None:
         import cupy
@@ -204,7 +213,7 @@ class P2PTransport(Transport):
         self.check()
 
     def check(self) -> None:
-        flag = ctypes.c_int.from_address(self._failed_host)
+        flag = self._failed_flag
         if flag.value:
             flag.value = 0
             raise PeerTimeoutError(f"p2p exchange on rank {self.ctx.rank}: peer(s) {self.peers} did not take "
