@@ -66,12 +66,15 @@ __device__ bool await_flag(const volatile long long* flag, long long e, long lon
 // wait: index into waits[] of a flag to await before copying (a peer's "free" or
 //   "arrived"); post: index of a group in posts[] = {{counter, items, flag}}: the last
 //   CUDA block of the group to finish writes the epoch into flag (a peer's "arrived").
+// fin (or null) = {{counter, n, flag_0 .. flag_n-1}}: the launch's last work item moves
+//   the epoch on and writes the new epoch into the n flags (the senders' "free").
 extern "C" __global__ void {name}(elem_t* const* __restrict__ ptrs,
                                   const long long* __restrict__ tab, const int nbox,
-                                  const int nwork, const long long* __restrict__ epoch,
+                                  const int nwork, long long* epoch,
                                   const unsigned long long* __restrict__ waits,
                                   const unsigned long long* __restrict__ posts,
-                                  const long long budget_ns, long long* gave_up, int* failed)
+                                  const long long budget_ns, long long* gave_up, int* failed,
+                                  const unsigned long long* __restrict__ fin)
 {{
     __shared__ int go;
     // Grid-stride over work items, so a launch can be given fewer CUDA blocks than
@@ -132,23 +135,38 @@ extern "C" __global__ void {name}(elem_t* const* __restrict__ ptrs,
                 }}
             }}
         }}
-        if (ps >= 0) {{
+        if (ps >= 0 || fin != nullptr) {{
             __syncthreads();
             if (threadIdx.x == 0) {{
-                // One system-scope fence per CUDA block, after the barrier, orders all
-                // its threads' writes (into a peer's memory) before the count.
-                __threadfence_system();
-                const unsigned long long* p = posts + 3 * ps;
                 const long long e = epoch[0];
-                const unsigned long long done = atomicAdd((unsigned long long*)p[0], 1ULL) + 1ULL;
-                if (done == (unsigned long long)e * p[1] && !*(volatile long long*)gave_up) {{
+                if (ps >= 0) {{
+                    // One system-scope fence per CUDA block, after the barrier, orders all
+                    // its threads' writes (into a peer's memory) before the count.
                     __threadfence_system();
-                    *(volatile long long*)p[2] = e;
-                    __threadfence_system();
+                    const unsigned long long* p = posts + 3 * ps;
+                    const unsigned long long done = atomicAdd((unsigned long long*)p[0], 1ULL) + 1ULL;
+                    if (done == (unsigned long long)e * p[1] && !*(volatile long long*)gave_up) {{
+                        __threadfence_system();
+                        *(volatile long long*)p[2] = e;
+                        __threadfence_system();
+                    }}
+                }}
+                if (fin != nullptr) {{
+                    // The last work item of the launch opens the next exchange: our area
+                    // has been read (unpacked), so the senders may write it again.
+                    __threadfence();
+                    const unsigned long long done = atomicAdd((unsigned long long*)fin[0], 1ULL) + 1ULL;
+                    if (done == (unsigned long long)e * nwork) {{
+                        __threadfence_system();
+                        epoch[0] = e + 1;
+                        *(volatile long long*)gave_up = 0;
+                        for (unsigned long long i = 0; i < fin[1]; ++i) *(volatile long long*)fin[2 + i] = e + 1;
+                        __threadfence_system();
+                    }}
                 }}
             }}
         }}
-        if (wt >= 0 || ps >= 0) __syncthreads();  // `go` is rewritten by the next item
+        if (wt >= 0 || ps >= 0 || fin != nullptr) __syncthreads();  // `go` is rewritten by the next item
     }}
 }}
 """
@@ -204,7 +222,9 @@ class Gates:
 
     waits : flag addresses; a move gated by ``waits[i]`` starts once that flag holds
         the current epoch. posts : flag addresses; when every CUDA block of the moves
-        of group ``i`` is done, the epoch is written into ``posts[i]``.
+        of group ``i`` is done, the epoch is written into ``posts[i]``. frees : flag
+        addresses; when the whole launch is done, the epoch goes up by one and is
+        written into each (so one launch per exchange needs no other kernel).
     """
 
     epoch: int  # address of the exchange's epoch counter (device)
@@ -213,6 +233,7 @@ class Gates:
     budget_ns: int
     waits: tuple[int, ...]
     posts: tuple[int, ...]
+    frees: tuple[int, ...]  # flags the launch's last work item sets to the next epoch
 
 
 class CupyCopier:
@@ -284,18 +305,20 @@ class CupyCopier:
         self._nbox, self._nblocks = len(lead), nblocks
         self._table = arrays.to_device(np.asarray(rows, np.int64).ravel()) if rows else None
         self._ptr_tables: dict[tuple[int, ...], Any] = {}
-        self._sync = (np.uint64(0), np.uint64(0), np.uint64(0), np.int64(0), np.uint64(0), np.uint64(0))
+        self._sync = (np.uint64(0),) * 3 + (np.int64(0),) + (np.uint64(0),) * 3
         if gates is not None:
             import cupy
 
-            # Per post group a counter of finished CUDA blocks; it never resets: the
-            # group is complete in epoch e when it reaches e * items.
-            self._counters = cupy.zeros(max(1, len(gates.posts)), np.uint64)
+            # Counters of finished work items, per post group and for the launch; they
+            # never reset: in epoch e a group is complete when its counter is e * items.
+            self._counters = cupy.zeros(len(gates.posts) + 1, np.uint64)
             self._waits = arrays.to_device(np.asarray(gates.waits or (0,), np.uint64))
             post_rows = [(self._counters.data.ptr + 8 * i, items[i], f) for i, f in enumerate(gates.posts)]
             self._posts = arrays.to_device(np.asarray(post_rows or [(0, 0, 0)], np.uint64).ravel())
+            fin = (self._counters.data.ptr + 8 * len(gates.posts), len(gates.frees), *gates.frees)
+            self._fin = arrays.to_device(np.asarray(fin, np.uint64))
             self._sync = (np.uint64(gates.epoch), self._waits, self._posts, np.int64(gates.budget_ns),
-                          np.uint64(gates.gave_up), np.uint64(gates.failed))
+                          np.uint64(gates.gave_up), np.uint64(gates.failed), self._fin)
 
     def upload_pointers(self, blocks, area):
         """Device table of the arrays' pointers (uploaded once per set of arrays)."""

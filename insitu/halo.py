@@ -208,7 +208,6 @@ class HaloExchange:
         waits.
         """
         if self._fused is not None:
-            self._p2p.begin()
             self._fused.run(arrs, self._area)
             if host_steps:
                 self._p2p.release()
@@ -412,8 +411,7 @@ class HaloExchange:
         self._transports = [get_transport(n)(self._ctx, s, r, self._area)
                             for n, (s, r) in sorted(by_name.items())]
         self._key = key
-        if (self.fuse and backend == "cupy" and self._transports
-                and all(t.name == "p2p" for t in self._transports)):
+        if self._fusable(backend):
             self._fuse(dtype, self._transports[0])
         if backend == "cupy" and self.graphs and all(t.stream_ordered for t in self._transports):
             self._graphs = {}
@@ -461,6 +459,19 @@ class HaloExchange:
         self._moves = (pack, direct, twins, unpack)
         self._fused = None
 
+    def _fusable(self, backend: str) -> bool:
+        """Whether this rank runs exchanges as one p2p kernel; all ranks with p2p peers
+        must agree (the fused kernel keeps the epoch differently), so they vote."""
+        names = {t.name for t in self._transports}
+        mine = self.fuse and backend == "cupy" and names == {"p2p"}
+        from mpi4py import MPI
+
+        vote = np.array([1 if mine or "p2p" not in names else 0], np.int32)
+        out = np.zeros(1, np.int32)
+        req = self._ctx.comm.Iallreduce(vote, out, op=MPI.MIN)
+        wait_requests([req], [None], time.monotonic() + self.timeout, f"halo exchange set-up on rank {self.rank}")
+        return bool(mine and out[0])
+
     def _fuse(self, dtype: str, p2p) -> None:
         """One kernel for the whole exchange over p2p: it writes the remote boxes
         straight into the peers' areas (after their "free"), copies the same-rank
@@ -486,8 +497,9 @@ class HaloExchange:
             moves, dtype, shapes, twins=[(a + base, b + base) for a, b in twins],
             extra={("peer", p): gates["dst"][p] for p in senders}, gate=gate,
             gates=Gates(gates["epoch"], gates["gave_up"], gates["failed"], gates["budget_ns"], tuple(waits),
-                        tuple(gates["arrived"][p] for p in senders)))
+                        tuple(gates["arrived"][p] for p in senders), tuple(gates["frees"])))
         self._p2p = p2p
+        p2p.begin()  # epoch 1, our area free for the first exchange; each launch then opens the next
 
     def _choice(self, me: PeerInfo, peer: PeerInfo, infos) -> str:
         o = self._override

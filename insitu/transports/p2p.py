@@ -122,6 +122,7 @@ class P2PTransport(Transport):
         self._flags = self._flags_mem.ptr
         self._gave_up = self._flags + 8 * (1 + 2 * size)
         rt.memset(self._flags, 0, 8 * (2 + 2 * size))
+        rt.deviceSynchronize()  # zeroed before any peer can map and write them
         self._failed_host = rt.hostAlloc(4, _HOST_MAPPED_PORTABLE)
         ctypes.c_int.from_address(self._failed_host).value = 0
         self._failed = self._failed_host  # unified addressing: the device sees it at the same address
@@ -190,8 +191,10 @@ class P2PTransport(Transport):
 
         ``dst[p]``: our segment in peer p's area (mapped); ``free[p]``: our flag that p
         sets when that segment may be written; ``arrived[p]``: p's flag that says our
-        data is there; ``inbox[q]``: our flag that q sets when its data is in our area.
-        Call :meth:`begin` first in each exchange.
+        data is there; ``inbox[q]``: our flag that q sets when its data is in our area;
+        ``frees``: the senders' flags that say their segment in our area is free. Such a
+        kernel moves the epoch on itself when done (see :class:`insitu._halo_copy.Gates`),
+        so :meth:`begin` runs once, before the first exchange, and :meth:`start` not at all.
         """
         me = self.ctx.rank
         return {
@@ -200,6 +203,7 @@ class P2PTransport(Transport):
             "free": {p: int(self._free_slot(self._flags, p)) for p in self.send},
             "arrived": {p: int(self._arrived_slot(self._peer_flags[p], me)) for p in self.send},
             "inbox": {q: int(self._arrived_slot(self._flags, q)) for q in self.recv},
+            "frees": [int(self._free_slot(self._peer_flags[q], me)) for q in sorted(self.recv)],
         }
 
     def wait(self, deadline) -> None:
