@@ -68,7 +68,10 @@ __device__ bool await_flag(const volatile long long* flag, long long e, long lon
 //   CUDA block of the group to finish writes the epoch into flag (a peer's "arrived").
 // fin (or null) = {{counter, n, flag_0 .. flag_n-1}}: the launch's last work item moves
 //   the epoch on and writes the new epoch into the n flags (the senders' "free").
-extern "C" __global__ void {name}(elem_t* const* __restrict__ ptrs,
+// 32 registers (8 blocks of 256 threads per SM): all work items of a mid-sized exchange
+// are resident at once, so the unpack items, last in order, can start as soon as the
+// peers' data is there instead of after the same-rank copies.
+extern "C" __global__ void __launch_bounds__(THREADS, 8) {name}(elem_t* const* __restrict__ ptrs,
                                   const long long* __restrict__ tab, const int nbox,
                                   const int nwork, long long* epoch,
                                   const unsigned long long* __restrict__ waits,
@@ -100,7 +103,6 @@ extern "C" __global__ void {name}(elem_t* const* __restrict__ ptrs,
             const long long tw = r[12];
             const int first = (int)(w - r[0]) * PER_BLOCK;
             elem_t v[PER_THREAD], u[PER_THREAD];
-            long long at[PER_THREAD], at2[PER_THREAD];
             const elem_t* src2 = src;
             elem_t* dst2 = dst;
             long long ts0 = 0, ts1 = 0, us0 = 0, us1 = 0;
@@ -111,6 +113,8 @@ extern "C" __global__ void {name}(elem_t* const* __restrict__ ptrs,
                 ts0 = q[6]; ts1 = q[7]; us0 = q[10]; us1 = q[11];
             }}
             // All loads (of both boxes) before any store: more requests in flight.
+            // Indices are recomputed for the stores: holding them would cost the
+            // registers that let every work item of an exchange be resident at once.
             #pragma unroll
             for (int e = 0; e < PER_THREAD; ++e) {{
                 const int t = first + e * THREADS + threadIdx.x;
@@ -120,18 +124,19 @@ extern "C" __global__ void {name}(elem_t* const* __restrict__ ptrs,
                     const int j = rem / nk;
                     const int k = rem - j * nk;
                     v[e] = src[i * ss0 + j * ss1 + k];
-                    at[e] = i * ds0 + j * ds1 + k;
-                    if (tw >= 0) {{
-                        u[e] = src2[i * ts0 + j * ts1 + k];
-                        at2[e] = i * us0 + j * us1 + k;
-                    }}
+                    if (tw >= 0) u[e] = src2[i * ts0 + j * ts1 + k];
                 }}
             }}
             #pragma unroll
             for (int e = 0; e < PER_THREAD; ++e) {{
-                if (first + e * THREADS + (int)threadIdx.x < n) {{
-                    dst[at[e]] = v[e];
-                    if (tw >= 0) dst2[at2[e]] = u[e];
+                const int t = first + e * THREADS + threadIdx.x;
+                if (t < n) {{
+                    const int i = t / njk;
+                    const int rem = t - i * njk;
+                    const int j = rem / nk;
+                    const int k = rem - j * nk;
+                    dst[i * ds0 + j * ds1 + k] = v[e];
+                    if (tw >= 0) dst2[i * us0 + j * us1 + k] = u[e];
                 }}
             }}
         }}
