@@ -38,19 +38,22 @@ typedef {ctype} elem_t;
 // Wait until a flag written by a peer reaches this exchange's epoch, or give up after
 // budget_ns: then mark gave_up (device memory, which later waits read) and failed
 // (host-mapped: the host turns it into PeerTimeoutError; reading it here would cross PCIe).
-__device__ bool await_flag(const volatile long long* flag, long long e, long long budget_ns,
+// The poll is an acquire load at system scope: what the peer wrote before its flag is
+// visible after it (to the rest of the CUDA block through the barrier that follows).
+__device__ bool await_flag(const long long* flag, long long e, long long budget_ns,
                            volatile long long* gave_up, volatile int* failed)
 {{
     if (*gave_up) return false;  // an earlier wait of this exchange gave up already
     unsigned long long t0, t;
+    long long seen;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    while (*flag < e) {{
+    for (;;) {{
+        asm volatile("ld.acquire.sys.global.s64 %0, [%1];" : "=l"(seen) : "l"(flag) : "memory");
+        if (seen >= e) return true;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
         if ((long long)(t - t0) > budget_ns) {{ *gave_up = 1; *failed = 1; return false; }}
         __nanosleep(32);
     }}
-    __threadfence_system();
-    return true;
 }}
 
 // One launch copies every box of a move list. Each CUDA block copies up to PER_BLOCK
@@ -59,13 +62,14 @@ __device__ bool await_flag(const volatile long long* flag, long long e, long lon
 // a table of pointers; the exchange area (and peers' areas mapped by CUDA IPC) are
 // among them, with strides that make them contiguous. Box sizes fit 32 bits.
 // tab: per box {{first_item, n, nj, nk, src, src_base, src_s0, src_s1,
-//                dst, dst_base, dst_s0, dst_s1, twin, wait, post, -}}.
+//                dst, dst_base, dst_s0, dst_s1, twin, wait, post, item base}}.
 // twin: a second box of the same shape copied by the same threads (the mirror move
 //   between two blocks: it reads the sectors the first one writes, so each 32-byte
 //   sector of a thin ghost layer is fetched once instead of twice).
-// wait: index into waits[] of a flag to await before copying (a peer's "free" or
-//   "arrived"); post: index of a group in posts[] = {{counter, items, flag}}: the last
-//   CUDA block of the group to finish writes the epoch into flag (a peer's "arrived").
+// wait: index into waits[] = {{flag, per_item}} of a flag to await before copying (a
+//   peer's "free"; or, per_item, the first of the peer's "arrived" flags, one per work
+//   item); post: index into posts[] of the first of a peer's per-item "arrived" flags,
+//   written when the item is copied. item base: this box's first item in its group.
 // fin (or null) = {{counter, n, flag_0 .. flag_n-1}}: the launch's last work item moves
 //   the epoch on and writes the new epoch into the n flags (the senders' "free").
 // 32 registers (8 blocks of 256 threads per SM): all work items of a mid-sized exchange
@@ -89,10 +93,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 8) {name}(elem_t* const* _
             if (tab[ROW * mid] <= w) lo = mid; else hi = mid - 1;
         }}
         const long long* r = tab + ROW * lo;
-        const long long wt = r[13], ps = r[14];
+        const long long wt = r[13], ps = r[14], item = r[15] + (w - r[0]);
         if (wt >= 0) {{
-            if (threadIdx.x == 0)
-                go = await_flag((const volatile long long*)waits[wt], epoch[0], budget_ns, gave_up, failed);
+            if (threadIdx.x == 0) {{
+                const long long* flag = (const long long*)waits[2 * wt] + (waits[2 * wt + 1] ? item : 0);
+                go = await_flag(flag, epoch[0], budget_ns, gave_up, failed);
+            }}
             __syncthreads();
         }}
         if (wt < 0 || go) {{
@@ -146,15 +152,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 8) {name}(elem_t* const* _
                 const long long e = epoch[0];
                 if (ps >= 0) {{
                     // One system-scope fence per CUDA block, after the barrier, orders all
-                    // its threads' writes (into a peer's memory) before the count.
+                    // its threads' writes (into a peer's memory) before the item's flag.
                     __threadfence_system();
-                    const unsigned long long* p = posts + 3 * ps;
-                    const unsigned long long done = atomicAdd((unsigned long long*)p[0], 1ULL) + 1ULL;
-                    if (done == (unsigned long long)e * p[1] && !*(volatile long long*)gave_up) {{
-                        __threadfence_system();
-                        *(volatile long long*)p[2] = e;
-                        __threadfence_system();
-                    }}
+                    if (!*(volatile long long*)gave_up) *((volatile long long*)posts[ps] + item) = e;
                 }}
                 if (fin != nullptr) {{
                     // The last work item of the launch opens the next exchange: our area
@@ -166,7 +166,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 8) {name}(elem_t* const* _
                         epoch[0] = e + 1;
                         *(volatile long long*)gave_up = 0;
                         for (unsigned long long i = 0; i < fin[1]; ++i) *(volatile long long*)fin[2 + i] = e + 1;
-                        __threadfence_system();
                     }}
                 }}
             }}
@@ -225,9 +224,10 @@ class NumpyCopier:
 class Gates:
     """Device-side synchronization of a move list with peers (see :mod:`.transports.p2p`).
 
-    waits : flag addresses; a move gated by ``waits[i]`` starts once that flag holds
-        the current epoch. posts : flag addresses; when every CUDA block of the moves
-        of group ``i`` is done, the epoch is written into ``posts[i]``. frees : flag
+    waits : ``(flag address, per_item)``; a move gated by ``waits[i]`` starts once that
+        flag (per_item: the flag of its work item, counted from that address) holds the
+        current epoch. posts : addresses of per-item flags; a work item of a move posting
+        to group ``i`` writes the epoch into its own flag once copied. frees : flag
         addresses; when the whole launch is done, the epoch goes up by one and is
         written into each (so one launch per exchange needs no other kernel).
     """
@@ -236,9 +236,14 @@ class Gates:
     gave_up: int  # address of the exchange's give-up flag (device)
     failed: int  # address of the give-up flag the host reads (host-mapped)
     budget_ns: int
-    waits: tuple[int, ...]
+    waits: tuple[tuple[int, bool], ...]
     posts: tuple[int, ...]
     frees: tuple[int, ...]  # flags the launch's last work item sets to the next epoch
+
+
+def work_items(n: int) -> int:
+    """Work items (CUDA blocks) the copy kernel gives a box of `n` elements."""
+    return -(-n // _PER_BLOCK)
 
 
 class CupyCopier:
@@ -253,7 +258,9 @@ class CupyCopier:
     indices of one shape that the same threads copy (mirror moves between two blocks);
     ``extra`` maps further box keys (a peer's mapped area) to fixed device addresses;
     ``gates`` (a :class:`Gates`) with ``gate[i] = (wait, post)`` per move (-1: none)
-    synchronizes moves with peers on the device.
+    synchronizes moves with peers on the device. Work items are numbered per group
+    (a per-item wait, or a post) in move order, so that a sender's items and the
+    receiver's items of the same messages match one to one.
     """
 
     _KEEP = 8
@@ -288,7 +295,7 @@ class CupyCopier:
         lead = [i for i in range(len(moves)) if i not in seconds]
         where = {i: r for r, i in enumerate(lead + list(twin.values()))}
         rows, nblocks = [], 0
-        items = [0] * (len(gates.posts) if gates else 0)
+        counted: dict[tuple[str, int], int] = {}  # per-item group -> items so far
         for i in lead + list(twin.values()):
             s, d, (ni, nj, nk) = moves[i]
             n = ni * nj * nk
@@ -301,12 +308,15 @@ class CupyCopier:
                     raise ValueError("halo copy: twin moves must have one shape")
                 tw = where[twin[i]]
             w, p = gate[i]
-            rows.append((first, n, nj, nk, *ref(s, (ni, nj, nk)), *ref(d, (ni, nj, nk)), tw, w, p, 0))
+            groups = ([("post", p)] if p >= 0 else []) + ([("wait", w)] if w >= 0 and gates.waits[w][1] else [])
+            if len(groups) > 1 or (groups and i in seconds):
+                raise ValueError("halo copy: a move has one per-item group at most, and no twin")
+            base = counted.get(groups[0], 0) if groups else 0
+            rows.append((first, n, nj, nk, *ref(s, (ni, nj, nk)), *ref(d, (ni, nj, nk)), tw, w, p, base))
             if first >= 0:
-                k = -(-n // _PER_BLOCK)
-                nblocks += k
-                if p >= 0:
-                    items[p] += k
+                nblocks += work_items(n)
+                if groups:
+                    counted[groups[0]] = base + work_items(n)
         self._nbox, self._nblocks = len(lead), nblocks
         self._table = arrays.to_device(np.asarray(rows, np.int64).ravel()) if rows else None
         self._ptr_tables: dict[tuple[int, ...], Any] = {}
@@ -314,14 +324,14 @@ class CupyCopier:
         if gates is not None:
             import cupy
 
-            # Counters of finished work items, per post group and for the launch; they
-            # never reset: in epoch e a group is complete when its counter is e * items.
-            self._counters = cupy.zeros(len(gates.posts) + 1, np.uint64)
-            self._waits = arrays.to_device(np.asarray(gates.waits or (0,), np.uint64))
-            post_rows = [(self._counters.data.ptr + 8 * i, items[i], f) for i, f in enumerate(gates.posts)]
-            self._posts = arrays.to_device(np.asarray(post_rows or [(0, 0, 0)], np.uint64).ravel())
-            fin = (self._counters.data.ptr + 8 * len(gates.posts), len(gates.frees), *gates.frees)
-            self._fin = arrays.to_device(np.asarray(fin, np.uint64))
+            # Finished work items of the launch; never reset: in epoch e the launch is
+            # complete when it reaches e * items.
+            self._counter = cupy.zeros(1, np.uint64)
+            self._waits = arrays.to_device(np.asarray([(a, int(b)) for a, b in gates.waits] or [(0, 0)],
+                                                      np.uint64).ravel())
+            self._posts = arrays.to_device(np.asarray(gates.posts or (0,), np.uint64))
+            self._fin = arrays.to_device(np.asarray((self._counter.data.ptr, len(gates.frees), *gates.frees),
+                                                    np.uint64))
             self._sync = (np.uint64(gates.epoch), self._waits, self._posts, np.int64(gates.budget_ns),
                           np.uint64(gates.gave_up), np.uint64(gates.failed), self._fin)
 

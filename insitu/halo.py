@@ -21,7 +21,7 @@ import numpy as np
 from . import arrays
 from .domain import DIRECTIONS, Domain
 from .errors import MismatchError
-from ._halo_copy import CupyCopier, Gates, NumpyCopier
+from ._halo_copy import CupyCopier, Gates, NumpyCopier, work_items
 from .transports import (KNOWN, PeerInfo, TransportContext, alloc_area, choose, get_transport, wait_requests,
                          wait_stream)
 
@@ -408,7 +408,9 @@ class HaloExchange:
                 s[p] = self._views(self._send_seg[p])
             if p in self._recvs:
                 r[p] = self._views(self._recv_seg[p])
-        self._transports = [get_transport(n)(self._ctx, s, r, self._area)
+        items = {q: sum(work_items(m.size) for m in ms) for q, ms in self._recvs.items()}
+        self._transports = [get_transport(n)(self._ctx, s, r, self._area,
+                                             **({"item_flags": items} if n == "p2p" else {}))
                             for n, (s, r) in sorted(by_name.items())]
         self._key = key
         if self._fusable(backend):
@@ -475,11 +477,15 @@ class HaloExchange:
     def _fuse(self, dtype: str, p2p) -> None:
         """One kernel for the whole exchange over p2p: it writes the remote boxes
         straight into the peers' areas (after their "free"), copies the same-rank
-        boxes, and unpacks what the peers wrote into ours (after their "arrived")."""
+        boxes, and unpacks what the peers wrote into ours (each work item after the
+        peer's flag for it)."""
         pack, direct, twins, unpack = self._moves
         gates = p2p.gates()
         senders, receivers = sorted(self._sends), sorted(self._recvs)
-        waits = [gates["free"][p] for p in senders] + [gates["inbox"][q] for q in receivers]
+        # Senders wait once for the peer's "free"; every unpack item waits for the flag
+        # of the matching item of the sender (same messages, same order, same items), so
+        # unpacking starts as soon as that item has landed.
+        waits = [(gates["free"][p], False) for p in senders] + [(gates["item_inbox"][q], True) for q in receivers]
         moves, gate = [], []
         for n, p in enumerate(senders):
             at = 0
@@ -497,7 +503,7 @@ class HaloExchange:
             moves, dtype, shapes, twins=[(a + base, b + base) for a, b in twins],
             extra={("peer", p): gates["dst"][p] for p in senders}, gate=gate,
             gates=Gates(gates["epoch"], gates["gave_up"], gates["failed"], gates["budget_ns"], tuple(waits),
-                        tuple(gates["arrived"][p] for p in senders), tuple(gates["frees"])))
+                        tuple(gates["item_dst"][p] for p in senders), tuple(gates["frees"])))
         self._p2p = p2p
         p2p.begin()  # epoch 1, our area free for the first exchange; each launch then opens the next
 

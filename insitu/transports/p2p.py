@@ -93,7 +93,7 @@ class P2PTransport(Transport):
     name = "p2p"
     stream_ordered = True
 
-    def __init__(self, ctx, send, recv, area) -> None:
+    def __init__(self, ctx, send, recv, area, *, item_flags: dict[int, int] | None = None) -> None:
         super().__init__(ctx, send, recv, area)
         if not self.on_device:
             raise ValueError("transport 'p2p' moves device arrays only; use 'mpi' for host arrays")
@@ -116,19 +116,27 @@ class P2PTransport(Transport):
                     raise ValueError(f"transport 'p2p': GPU {dev} cannot reach GPU {pdev} of rank {p} "
                                      "peer-to-peer; use 'nccl'")
         self._size = size
-        # Flags: [epoch, free_from[0..size), arrived_from[0..size), gave_up], a cudaMalloc
-        # of its own so that its IPC handle names exactly this buffer.
-        self._flags_mem = cupy.cuda.Memory(8 * (2 + 2 * size))
+        # Flags: [epoch, free_from[0..size), arrived_from[0..size), gave_up, then per
+        # receive peer q its item_flags[q] "arrived" flags (one per work item of a fused
+        # exchange kernel)], a cudaMalloc of its own so that its IPC handle names exactly
+        # this buffer.
+        item_flags = {q: int(item_flags.get(q, 0)) for q in sorted(self.recv)} if item_flags else {}
+        self._item_base, at = {}, 2 + 2 * size
+        for q, k in item_flags.items():
+            self._item_base[q] = at
+            at += k
+        self._flags_mem = cupy.cuda.Memory(8 * at)
         self._flags = self._flags_mem.ptr
         self._gave_up = self._flags + 8 * (1 + 2 * size)
-        rt.memset(self._flags, 0, 8 * (2 + 2 * size))
+        rt.memset(self._flags, 0, 8 * at)
         rt.deviceSynchronize()  # zeroed before any peer can map and write them
         self._failed_host = rt.hostAlloc(4, _HOST_MAPPED_PORTABLE)
         ctypes.c_int.from_address(self._failed_host).value = 0
         self._failed = self._failed_host  # unified addressing: the device sees it at the same address
         base = area.data.ptr
         mine = {p: (rt.ipcGetMemHandle(base), rt.ipcGetMemHandle(self._flags),
-                    (recv[p].data.ptr - base) if p in recv else -1) for p in self.peers}
+                    (recv[p].data.ptr - base) if p in recv else -1, self._item_base.get(p, -1))
+                for p in self.peers}
         deadline = time.monotonic() + ctx.timeout
         comm = ctx.comm
         reqs = [comm.isend(mine[p], dest=p, tag=_TAG) for p in self.peers]
@@ -137,12 +145,14 @@ class P2PTransport(Transport):
             theirs[p] = recv_object(comm, p, _TAG, deadline, f"p2p set-up on rank {me}")
         wait_requests(reqs, self.peers, deadline, f"p2p set-up on rank {me}")
         self._opened = []
-        self._peer_flags, self._peer_dst = {}, {}
+        self._peer_flags, self._peer_dst, self._peer_items = {}, {}, {}
         for p in self.peers:
-            area_h, flags_h, off = theirs[p]
+            area_h, flags_h, off, items = theirs[p]
             fl = rt.ipcOpenMemHandle(flags_h)
             self._opened.append(fl)
             self._peer_flags[p] = fl
+            if items >= 0:
+                self._peer_items[p] = fl + 8 * items
             if p in self.send:
                 if off < 0:
                     raise RuntimeError(f"p2p set-up on rank {me}: rank {p} expects nothing from us")
@@ -192,6 +202,9 @@ class P2PTransport(Transport):
         ``dst[p]``: our segment in peer p's area (mapped); ``free[p]``: our flag that p
         sets when that segment may be written; ``arrived[p]``: p's flag that says our
         data is there; ``inbox[q]``: our flag that q sets when its data is in our area;
+        ``item_dst[p]`` / ``item_inbox[q]``: the same per work item (the first of p's
+        per-item flags for our data; ours for q's), where the transport was built with
+        ``item_flags``;
         ``frees``: the senders' flags that say their segment in our area is free. Such a
         kernel moves the epoch on itself when done (see :class:`insitu._halo_copy.Gates`),
         so :meth:`begin` runs once, before the first exchange, and :meth:`start` not at all.
@@ -204,6 +217,8 @@ class P2PTransport(Transport):
             "arrived": {p: int(self._arrived_slot(self._peer_flags[p], me)) for p in self.send},
             "inbox": {q: int(self._arrived_slot(self._flags, q)) for q in self.recv},
             "frees": [int(self._free_slot(self._peer_flags[q], me)) for q in sorted(self.recv)],
+            "item_dst": dict(self._peer_items),
+            "item_inbox": {q: self._flags + 8 * b for q, b in self._item_base.items()},
         }
 
     def wait(self, deadline) -> None:
