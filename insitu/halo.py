@@ -515,7 +515,7 @@ class HaloExchange:
             name = o[peer.rank]
             get_transport(name)
             return name
-        return choose(me, peer, infos)
+        return choose(me, peer, infos, persistent=True)
 
 
 def _mirror_pairs(msgs: list[_Msg]) -> tuple[list[_Msg], list[tuple[int, int]]]:

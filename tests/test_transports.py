@@ -6,8 +6,8 @@ from insitu import transports
 from insitu.transports import PeerInfo, choose, get_transport, mpi_cuda_aware
 
 
-def info(rank, host="n0", backend="cupy", device="0000:01:00.0"):
-    return PeerInfo(rank, host, 1000 + rank, backend, device if backend == "cupy" else None)
+def info(rank, host="n0", backend="cupy", device="0000:01:00.0", peers=()):
+    return PeerInfo(rank, host, 1000 + rank, backend, device if backend == "cupy" else None, tuple(peers))
 
 
 @pytest.fixture
@@ -35,12 +35,31 @@ def test_choice_per_pair(with_nccl):
     assert choose(a, other_gpu, crowd) == "ipc"
 
 
+def test_persistent_patterns_use_p2p_between_gpus_that_reach_each_other(with_nccl):
+    gpu0, gpu1, gpu2 = "0000:01:00.0", "0000:02:00.0", "0000:03:00.0"
+    a = info(0, device=gpu0, peers=[gpu1])
+    b = info(1, device=gpu1, peers=[gpu0])
+    assert choose(a, b, [a, b], persistent=True) == "p2p"
+    assert choose(a, b, [a, b]) == "nccl"  # per-call patterns (shuffles) keep NCCL's cached communicators
+    c = info(1, device=gpu2, peers=[gpu0])  # gpu0 does not reach gpu2: both ends must see the link
+    assert choose(a, c, [a, c], persistent=True) == choose(c, a, [a, c], persistent=True) == "nccl"
+    shared = [a, b, info(2, device=gpu1, peers=[gpu0])]  # a spinning wait would stall gpu1's other rank
+    assert choose(a, b, shared, persistent=True) == "ipc"
+    far = info(1, host="n1", device=gpu1, peers=[gpu0])
+    assert choose(a, far, [a, far], persistent=True) == "nccl"
+
+
 def test_choice_is_symmetric(with_nccl):
     everyone = [info(0), info(1), info(2, device="0000:02:00.0"), info(3, host="n1"),
                 info(4, backend="numpy")]
+    linked = [info(5, device="0000:03:00.0", peers=["0000:04:00.0"]),
+              info(6, device="0000:04:00.0", peers=["0000:03:00.0"])]
+    everyone += linked
     for p in everyone:
         for q in everyone:
-            assert choose(p, q, everyone) == choose(q, p, everyone)
+            for persistent in (False, True):
+                assert choose(p, q, everyone, persistent=persistent) == choose(q, p, everyone, persistent=persistent)
+    assert choose(*linked, everyone, persistent=True) == "p2p"
 
 
 def test_without_nccl_other_gpus_fall_back(monkeypatch):

@@ -5,8 +5,9 @@ name       used for                                             host staging
 =========  ===================================================  ==================
 inproc     blocks of the same rank (direct device or host copy) never
 ipc        another process on the same node (CUDA IPC)          never
-p2p        another GPU of the same node (CUDA IPC, pushed,      never
-           device-side flags, no host step: graph-capturable)
+p2p        another GPU of the same node reached peer-to-peer    never
+           (CUDA IPC, pushed, device-side flags, no host step:
+           graph-capturable); the halo exchange's default there
 nccl       a rank on another GPU (``cupy.cuda.nccl``)           never
 mpi        everything else; host arrays                         device data, unless
                                                                 the MPI is CUDA-aware
@@ -63,13 +64,16 @@ def get_transport(name: str) -> type[Transport]:
         raise ValueError(f"unknown transport {name!r}; known transports: {', '.join(KNOWN)}") from None
 
 
-def choose(me: PeerInfo, peer: PeerInfo, infos: Sequence[PeerInfo] = ()) -> str:
+def choose(me: PeerInfo, peer: PeerInfo, infos: Sequence[PeerInfo] = (), *, persistent: bool = False) -> str:
     """Default transport between two ranks (symmetric: both ends choose the same).
 
     Same rank: inproc. Host arrays: mpi. Same node and GPU: ipc. Different GPUs:
     nccl, unless (on one node) a GPU of the pair is shared by several ranks of `infos`:
     NCCL kernels spin while waiting for their peer, which stalls the other processes
     time-sliced on that GPU, so such pairs use ipc (peer-to-peer copies) instead.
+    `persistent` (a pattern set up once and repeated, like a halo exchange): GPUs of
+    one node, neither shared, that reach each other peer-to-peer use p2p (its set-up
+    maps memory once; each exchange is then one kernel, no NCCL launch).
     """
     if me.rank == peer.rank:
         return "inproc"
@@ -80,6 +84,8 @@ def choose(me: PeerInfo, peer: PeerInfo, infos: Sequence[PeerInfo] = ()) -> str:
         return "ipc"
     users = collections.Counter((i.host, i.device) for i in infos)
     shared = users[(me.host, me.device)] > 1 or users[(peer.host, peer.device)] > 1
+    if persistent and same_node and not shared and peer.device in me.peers and me.device in peer.peers:
+        return "p2p"
     if nccl_available() and not (same_node and shared):
         return "nccl"
     return "ipc" if same_node else "mpi"

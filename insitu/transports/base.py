@@ -36,15 +36,20 @@ class PeerInfo:
     pid: int
     backend: str  # "numpy" or "cupy"
     device: str | None  # PCI bus id of the rank's CUDA device
+    peers: tuple[str, ...] = ()  # PCI bus ids of the GPUs it reaches peer-to-peer
 
     @classmethod
     def here(cls, rank: int, backend: str) -> "PeerInfo":
-        dev = None
+        dev, peers = None, ()
         if backend == "cupy":
             import cupy
 
-            dev = cupy.cuda.Device().pci_bus_id
-        return cls(rank, socket.gethostname(), os.getpid(), backend, dev)
+            rt = cupy.cuda.runtime
+            me = cupy.cuda.Device()
+            dev = me.pci_bus_id
+            peers = tuple(cupy.cuda.Device(d).pci_bus_id for d in range(rt.getDeviceCount())
+                          if d != me.id and rt.deviceCanAccessPeer(me.id, d))
+        return cls(rank, socket.gethostname(), os.getpid(), backend, dev, peers)
 
 
 @dataclasses.dataclass

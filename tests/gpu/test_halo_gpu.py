@@ -80,12 +80,13 @@ def test_forced_mpi_stages_through_counted_gateway(mpi):
 
 @pytest.mark.mpi
 @pytest.mark.gpus(2)
-@pytest.mark.parametrize("nranks,per_rank,kinds", [
-    (2, 4, ["nccl"]),  # one rank per GPU
-    (4, 2, ["ipc"]),  # GPUs shared by two ranks each: peer-to-peer IPC across GPUs too
+@pytest.mark.parametrize("nranks,per_rank,force,kinds", [
+    (2, 4, [], ["p2p"]),  # one rank per GPU, joined by NVLink: the default
+    (2, 4, ["--transport", "nccl"], ["nccl"]),
+    (4, 2, [], ["ipc"]),  # GPUs shared by two ranks each: peer-to-peer IPC across GPUs too
 ])
-def test_two_gpus_without_host_copies(mpi, nranks, per_rank, kinds):
-    p = mpi(nranks, "halo_check.py", per_rank, "--backend", "cupy")
+def test_two_gpus_without_host_copies(mpi, nranks, per_rank, force, kinds):
+    p = mpi(nranks, "halo_check.py", per_rank, "--backend", "cupy", *force)
     assert p.returncode == 0, p.stdout + p.stderr
     got, _, steady = _summary(p.stdout)
     assert got == kinds and steady == 0
