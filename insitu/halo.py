@@ -479,7 +479,7 @@ class HaloExchange:
         straight into the peers' areas (after their "free"), copies the same-rank
         boxes, and unpacks what the peers wrote into ours (each work item after the
         peer's flag for it)."""
-        pack, direct, twins, unpack = self._moves
+        _, direct, twins, unpack = self._moves
         gates = p2p.gates()
         senders, receivers = sorted(self._sends), sorted(self._recvs)
         # Senders wait once for the peer's "free"; every unpack item waits for the flag
@@ -498,9 +498,8 @@ class HaloExchange:
         gate += [(-1, -1)] * len(direct)
         moves += unpack
         gate += [(len(senders) + receivers.index(q), -1) for q in self._unpack_from]
-        shapes = {g: self.domain.block(g).padded_shape for g in self.local}
         self._fused = CupyCopier(
-            moves, dtype, shapes, twins=[(a + base, b + base) for a, b in twins],
+            moves, dtype, self._shapes, twins=[(a + base, b + base) for a, b in twins],
             extra={("peer", p): gates["dst"][p] for p in senders}, gate=gate,
             gates=Gates(gates["epoch"], gates["gave_up"], gates["failed"], gates["budget_ns"], tuple(waits),
                         tuple(gates["item_dst"][p] for p in senders), tuple(gates["frees"])))

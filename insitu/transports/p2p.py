@@ -12,8 +12,16 @@ and maps its peers' (``cudaIpcOpenMemHandle``). Per exchange, on the current str
    the epoch into the peer's "arrived" flag;
 4. it waits until every peer that sends to it has written "arrived".
 
-A waiting kernel gives up after the exchange's timeout, marking a flag in mapped host
-memory that :meth:`P2PTransport.check` turns into :class:`PeerTimeoutError`. Nothing
+The halo exchange goes further (``HaloExchange(fuse=True)``, its default over p2p):
+one kernel per exchange writes its boxes straight into the peers' areas (no pack, no
+copy), each of its work items then setting a flag of its own in the peer's flag array
+(``item_flags``), and unpacks each incoming work item once that item's flag is set; its
+last work item moves the epoch on and posts "free" for the next exchange
+(:meth:`P2PTransport.gates` hands it the addresses; :meth:`begin` runs once).
+
+A waiting kernel gives up after the exchange's timeout, marking a device flag (which
+later waits read) and a flag in mapped host memory that :meth:`P2PTransport.check`
+turns into :class:`PeerTimeoutError`. Nothing
 passes through the host per exchange; NCCL is not involved. Ranks sharing one GPU should
 use ``ipc`` instead: a spinning wait would hold the GPU while the peer's process waits for
 its time slice.
