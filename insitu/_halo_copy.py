@@ -56,6 +56,15 @@ __device__ bool await_flag(const long long* flag, long long e, long long budget_
     }}
 }}
 
+// Element t of a box of nj * nk elements per i-plane, C order.
+__device__ __forceinline__ void box_index(int t, int njk, int nk, int& i, int& j, int& k)
+{{
+    i = t / njk;
+    const int rem = t - i * njk;
+    j = rem / nk;
+    k = rem - j * nk;
+}}
+
 // One launch copies every box of a move list. Each CUDA block copies up to PER_BLOCK
 // consecutive elements of one box and finds its box by binary search over the boxes'
 // first CUDA-block index (the same for all its threads). Arrays are reached through
@@ -125,10 +134,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 8) {name}(elem_t* const* _
             for (int e = 0; e < PER_THREAD; ++e) {{
                 const int t = first + e * THREADS + threadIdx.x;
                 if (t < n) {{
-                    const int i = t / njk;
-                    const int rem = t - i * njk;
-                    const int j = rem / nk;
-                    const int k = rem - j * nk;
+                    int i, j, k;
+                    box_index(t, njk, nk, i, j, k);
                     v[e] = src[i * ss0 + j * ss1 + k];
                     if (tw >= 0) u[e] = src2[i * ts0 + j * ts1 + k];
                 }}
@@ -137,10 +144,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 8) {name}(elem_t* const* _
             for (int e = 0; e < PER_THREAD; ++e) {{
                 const int t = first + e * THREADS + threadIdx.x;
                 if (t < n) {{
-                    const int i = t / njk;
-                    const int rem = t - i * njk;
-                    const int j = rem / nk;
-                    const int k = rem - j * nk;
+                    int i, j, k;
+                    box_index(t, njk, nk, i, j, k);
                     dst[i * ds0 + j * ds1 + k] = v[e];
                     if (tw >= 0) dst2[i * us0 + j * us1 + k] = u[e];
                 }}
