@@ -279,15 +279,8 @@ class HaloExchange:
         graph.launch(cur)
         if self._done is None:
             self._done = cupy.cuda.Event(disable_timing=True)
-        if self._fused is not None or not self._transports:
-            # Every wait in this graph gives up on the device after the timeout (or
-            # there is none): a blocking synchronize cannot hang, and answers sooner
-            # than polling.
-            self._done.record(cur)
-            self._done.synchronize()
-        else:
-            wait_stream(cur, deadline, f"halo exchange on rank {self.rank}",
-                        on_timeout=lambda: [t.abort() for t in self._transports], event=self._done)
+        wait_stream(cur, deadline, f"halo exchange on rank {self.rank}",
+                    on_timeout=lambda: [t.abort() for t in self._transports], event=self._done)
         for t in self._transports:
             t.check()
 
