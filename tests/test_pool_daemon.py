@@ -22,7 +22,8 @@ from insitu import arrays
 from insitu.errors import InsituError, PeerTimeoutError
 from insitu.pool import GPUBlocks, Worker, shared
 from insitu.pool.daemon import (DaemonHandle, DaemonStartError, DaemonStats, DaemonWorker, PackageEncodingError,
-                                WorkerDiedError, WorkerTimeoutError, default_socket_path, ensure_daemon, start_daemon)
+                                WorkerDiedError, WorkerTimeoutError, default_socket_path, ensure_daemon, pid_alive,
+                                start_daemon)
 from insitu.pool.shared import segment_of, shared_empty
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -482,3 +483,22 @@ def test_gpu_socket_named_by_ordinal_without_asking_cuda(tmp_path, monkeypatch):
     assert p.startswith(str(tmp_path)) and p.endswith("-gpu3.sock") and asked == []
     default_socket_path(3, directory=str(tmp_path))  # the default asks CuPy for the bus id
     assert asked == [1]
+
+
+def test_a_process_is_alive_while_any_of_its_threads_is():
+    # The main thread exits first (it turns zombie) while another thread sleeps on: the
+    # process still holds its files (a daemon's sockets), so it is alive until that ends.
+    code = ("import ctypes, threading, time\n"
+            "threading.Thread(target=time.sleep, args=(1.5,)).start()\n"
+            "ctypes.CDLL(None).pthread_exit(None)\n")
+    p = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 10
+    state = b""
+    while state != b"Z" and time.monotonic() < deadline:
+        time.sleep(0.01)
+        with open(f"/proc/{p.pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    assert state == b"Z"  # the main thread is a zombie ...
+    assert pid_alive(p.pid)  # ... while the process lives on
+    assert p.wait(10) == 0
+    assert not pid_alive(p.pid)

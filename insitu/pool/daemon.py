@@ -272,14 +272,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process `pid` runs on this node (a zombie no one reaped yet has exited and
-    closed its sockets: not alive)."""
+    """Whether process `pid` runs on this node: whether any of its threads does. A zombie
+    no one reaped yet has exited and closed its sockets: not alive. The main thread alone
+    is not enough: killed, it can turn zombie while other threads still hold the
+    process's files (a client then reaches a socket that dies under it)."""
     try:
-        with open(f"/proc/{int(pid)}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
+        tasks = os.listdir(f"/proc/{int(pid)}/task")
+    except (FileNotFoundError, ProcessLookupError):
         return False
-    return state not in (b"Z", b"X")
+    for tid in tasks:
+        try:
+            with open(f"/proc/{int(pid)}/task/{tid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue  # gone meanwhile
+        if state not in (b"Z", b"X"):
+            return True
+    return False
 
 
 @dataclasses.dataclass
