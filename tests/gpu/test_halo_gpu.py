@@ -106,6 +106,18 @@ def test_p2p_between_two_gpus(mpi, per_rank):
 
 @pytest.mark.mpi
 @pytest.mark.gpus(2)
+def test_p2p_with_several_peers_per_rank(mpi):
+    # Three ranks on two GPUs, p2p forced between all pairs: each rank's one kernel per
+    # exchange writes to two peers and waits on two (per-peer flags, item numbering).
+    # Ranks 0 and 2 share GPU 0, time-sliced: slow, but every wait has its timeout.
+    p = mpi(3, "halo_check.py", 1, "--backend", "cupy", "--transport", "p2p", timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+    got, _, steady = _summary(p.stdout)
+    assert got == ["p2p"] and steady == 0
+
+
+@pytest.mark.mpi
+@pytest.mark.gpus(2)
 def test_p2p_peer_that_stops_times_out_on_the_device(mpi):
     # Rank 1 exchanges once and stops; rank 0's device-side wait gives up after the
     # timeout (2 s) and the host raises PeerTimeoutError instead of hanging.
