@@ -73,8 +73,8 @@ __device__ __forceinline__ void box_index(int t, int njk, int nk, int& i, int& j
 // tab: per box {{first_item, n, nj, nk, src, src_base, src_s0, src_s1,
 //                dst, dst_base, dst_s0, dst_s1, twin, wait, post, item base}}.
 // twin: a second box of the same shape copied by the same threads (the mirror move
-//   between two blocks: it reads the sectors the first one writes, so each 32-byte
-//   sector of a thin ghost layer is fetched once instead of twice).
+//   between two blocks: it reads the 32-byte sectors the first one writes, so a sector
+//   of a thin ghost layer is in cache for the write that follows its read).
 // wait: index into waits[] = {{flag, per_item}} of a flag to await before copying (a
 //   peer's "free"; or, per_item, the first of the peer's "arrived" flags, one per work
 //   item); post: index into posts[] of the first of a peer's per-item "arrived" flags,
