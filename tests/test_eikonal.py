@@ -10,6 +10,8 @@ from solvers.eikonal import EikonalSolver, seeds_from_fractions, solve, update_b
 from solvers.eikonal.speed import constant, from_hdf5, random_smooth, speed_model, two_layer
 from insitu import Domain
 
+from eikonal_checks import assert_skipping_idle_tiles_changes_nothing
+
 MPI_ENV = {"NUMBA_NUM_THREADS": "1"}  # several ranks on 2 cores: one thread each
 
 
@@ -263,23 +265,5 @@ def test_display_copy_follows_every_step():
 def test_skipping_idle_tiles_gives_the_full_sweeps_result(blocks, local_iters):
     # The active list (tiles with nothing changing nearby are skipped) must give every
     # step of the full sweeps bit for bit, across halo exchanges, display copy included.
-    from solvers.eikonal.speed import random_smooth
-
     dom = Domain.create((40, 36, 150), blocks=blocks, spacing=(0.03, 0.035, 0.025))
-    runs = [EikonalSolver(dom, random_smooth(seed=3), [(10, 12, 14)], local_iters=local_iters, skip_idle=skip)
-            for skip in (True, False)]
-    views = [r.display_copy(clip=0.4) for r in runs]
-    visited = []
-    for _ in range(400):
-        changes = [r.step() for r in runs]
-        assert changes[0] == changes[1]
-        for g in runs[0].blocks:
-            np.testing.assert_array_equal(runs[0].blocks[g], runs[1].blocks[g])
-            np.testing.assert_array_equal(views[0][g], views[1][g])
-        visited.append(min(t.fraction() for t in runs[0]._tiles.values()))
-        if changes[0] == 0:
-            break
-    assert changes[0] == 0 and runs[0].iteration == runs[1].iteration
-    # Early on most tiles are idle and skipped (split blocks keep their face tiles awake).
-    assert min(visited[:3]) < (0.5 if blocks == (1, 1, 1) else 1.0)
-    assert runs[1]._tiles == {}
+    assert_skipping_idle_tiles_changes_nothing(dom, np, local_iters=local_iters, max_steps=400, early=3)

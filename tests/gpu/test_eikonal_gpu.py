@@ -8,6 +8,8 @@ from insitu import Domain
 from solvers.eikonal import EikonalSolver, solve
 from solvers.eikonal.speed import random_smooth, two_layer
 
+from eikonal_checks import assert_skipping_idle_tiles_changes_nothing
+
 cp = pytest.importorskip("cupy", reason="needs CuPy")
 
 
@@ -114,22 +116,5 @@ def test_skipping_idle_tiles_gives_the_full_sweeps_result(blocks, local_iters):
     # Tiles with no change nearby are skipped (an active list, as the fast iterative
     # method keeps one); every step must equal the full sweep's bit for bit, across halo
     # exchanges between blocks, with the display copy too.
-    shape, spacing = (70, 66, 90), (0.03, 0.035, 0.025)
-    dom = Domain.create(shape, blocks=blocks, spacing=spacing)
-    runs = [EikonalSolver(dom, random_smooth(seed=3), [(10, 12, 14)], xp=cp, local_iters=local_iters,
-                          skip_idle=skip) for skip in (True, False)]
-    views = [r.display_copy(clip=0.4) for r in runs]
-    visited = []
-    for _ in range(500):
-        changes = [r.step() for r in runs]
-        assert changes[0] == changes[1]
-        for g in runs[0].blocks:
-            cp.testing.assert_array_equal(runs[0].blocks[g], runs[1].blocks[g])
-            cp.testing.assert_array_equal(views[0][g], views[1][g])
-        visited.append(min(t.fraction() for t in runs[0]._tiles.values()))
-        if changes[0] == 0:
-            break
-    assert changes[0] == 0 and runs[0].iteration == runs[1].iteration
-    # Early on most tiles are idle and skipped (split blocks keep their face tiles awake).
-    assert min(visited[:5]) < (0.5 if blocks == (1, 1, 1) else 1.0)
-    assert runs[1]._tiles == {}
+    dom = Domain.create((70, 66, 90), blocks=blocks, spacing=(0.03, 0.035, 0.025))
+    assert_skipping_idle_tiles_changes_nothing(dom, cp, local_iters=local_iters, max_steps=500, early=5)
