@@ -445,7 +445,7 @@ class HaloExchange:
         direct = [((m.src, _starts(m.send)), (m.dst, _starts(m.recv)), m.shape) for m in local]
         self._area = alloc_area(off, np.dtype(dtype), backend)
         copier = CupyCopier if backend == "cupy" else NumpyCopier
-        shapes = {g: self.domain.block(g).padded_shape for g in self.local}
+        shapes = self._shapes
         side_blocks = None
         self._side = None
         if backend == "cupy":

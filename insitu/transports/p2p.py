@@ -208,11 +208,9 @@ class P2PTransport(Transport):
         """Addresses for a kernel that writes into the peers' areas itself (steps 3-4 fused).
 
         ``dst[p]``: our segment in peer p's area (mapped); ``free[p]``: our flag that p
-        sets when that segment may be written; ``arrived[p]``: p's flag that says our
-        data is there; ``inbox[q]``: our flag that q sets when its data is in our area;
-        ``item_dst[p]`` / ``item_inbox[q]``: the same per work item (the first of p's
-        per-item flags for our data; ours for q's), where the transport was built with
-        ``item_flags``;
+        sets when that segment may be written; ``item_dst[p]``: the first of p's
+        per-item "arrived" flags for our data; ``item_inbox[q]``: the first of ours for
+        q's (the transport must be built with ``item_flags``);
         ``frees``: the senders' flags that say their segment in our area is free. Such a
         kernel moves the epoch on itself when done (see :class:`insitu._halo_copy.Gates`),
         so :meth:`begin` runs once, before the first exchange, and :meth:`start` not at all.
@@ -222,8 +220,6 @@ class P2PTransport(Transport):
             "epoch": self._flags, "gave_up": self._gave_up, "failed": self._failed, "budget_ns": int(self._budget),
             "dst": dict(self._peer_dst),
             "free": {p: int(self._free_slot(self._flags, p)) for p in self.send},
-            "arrived": {p: int(self._arrived_slot(self._peer_flags[p], me)) for p in self.send},
-            "inbox": {q: int(self._arrived_slot(self._flags, q)) for q in self.recv},
             "frees": [int(self._free_slot(self._peer_flags[q], me)) for q in sorted(self.recv)],
             "item_dst": dict(self._peer_items),
             "item_inbox": {q: self._flags + 8 * b for q, b in self._item_base.items()},
