@@ -56,11 +56,31 @@ def _positive(text: str) -> float:
     return v
 
 
+def _open_browser(url: str) -> str:
+    """Open `url` through a private redirect file; returns the file's path (to remove at exit).
+
+    A URL on a browser's command line is visible to every local user (``ps``), and this
+    one holds the viewer's token; the file is readable by its owner only (``mkstemp``).
+    """
+    import html
+    import os
+    import tempfile
+    import webbrowser
+
+    fd, path = tempfile.mkstemp(prefix="insitu-view-", suffix=".html")
+    with os.fdopen(fd, "w") as f:
+        u = html.escape(url)
+        f.write(f'<!doctype html><meta http-equiv="refresh" content="0;url={u}"><a href="{u}">insitu view</a>\n')
+    webbrowser.open("file://" + path)
+    return path
+
+
 def view(args: argparse.Namespace) -> int:
     """``insitu view``: serve the stream until Ctrl-C / SIGTERM (or its end with --exit-at-end)."""
+    import ipaddress
+    import os
     import signal
     import threading
-    import webbrowser
 
     from .viewer import serve
 
@@ -75,7 +95,7 @@ def view(args: argparse.Namespace) -> int:
         return 2
     done = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: done.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-    rc, reported = 0, False
+    rc, reported, redirect = 0, False, []
 
     def report_end() -> bool:  # once the stream has ended; True: nothing to serve (no frame ever came)
         nonlocal rc, reported
@@ -94,8 +114,12 @@ def view(args: argparse.Namespace) -> int:
 
     try:
         print(f"insitu view: serving {v.url} for {args.stream}", flush=True)
+        if not ipaddress.ip_address(v.host.split("%")[0]).is_loopback:
+            err(f"warning: serving on {args.host} ({v.host}), not a loopback address: anyone who can reach "
+                f"port {v.port} of this machine may try it, and plain HTTP carries the token and the frames "
+                "unencrypted; prefer the default 127.0.0.1 with an SSH tunnel (ssh -L)")
         if not args.no_browser:
-            threading.Thread(target=webbrowser.open, args=(v.url,), daemon=True).start()
+            threading.Thread(target=lambda: redirect.append(_open_browser(v.url)), daemon=True).start()
         while not done.wait(0.25):
             if v.ended and not reported and (report_end() or args.exit_at_end):
                 break
@@ -105,6 +129,11 @@ def view(args: argparse.Namespace) -> int:
         v.close()
         for sig, h in previous.items():
             signal.signal(sig, h)
+        for path in redirect:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
     return rc
 
 
@@ -115,11 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     vp = sub.add_parser("view", help="a web page showing a frame stream, with steering",
                         description="Serve a local web page showing the frames of STREAM (a live ADIOS2 SST "
                                     "stream, or a BP5 file replayed) and forward the page's controls to the "
-                                    "simulation as steering on STREAM.steer. Runs until Ctrl-C.")
+                                    "simulation as steering on STREAM.steer. The URL it prints holds a secret token: "
+                                    "only requests carrying it are answered. Runs until Ctrl-C.")
     vp.add_argument("stream", metavar="STREAM", help="SST stream name (the FrameWriter's) or BP5 directory")
     vp.add_argument("--engine", choices=("SST", "BP5"), type=str.upper,
                     help="default: BP5 when STREAM is a directory, else SST")
-    vp.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
+    vp.add_argument("--host", default="127.0.0.1",
+                    help="address to serve on (default 127.0.0.1; another one serves the network: a warning says so)")
     vp.add_argument("--port", type=int, default=0, help="port (default 0: a free one)")
     vp.add_argument("--png", metavar="DIR", help="also write every received frame as DIR/frame_STEP.png")
     vp.add_argument("--mp4", metavar="FILE", help="also write a movie of the received frames (finished at the end)")

@@ -145,13 +145,20 @@ class Proc:
 def start_viewer(stream, *args):
     v = Proc([sys.executable, "-m", "insitu.cli", "view", stream, "--no-browser", "--port", "0", *args])
     line = v.wait_line("insitu view: serving ", 30)
-    v.url = line.split()[3]
-    assert v.url.startswith("http://127.0.0.1:") and line.endswith(f" for {stream}")
+    v.url = line.split()[3]  # with the viewer's token: http://127.0.0.1:PORT/?token=...
+    assert v.url.startswith("http://127.0.0.1:") and "/?token=" in v.url and line.endswith(f" for {stream}")
     return v
 
 
+def at(url, path):
+    """`path` ("status", "frame.png?n=1", ...) of the viewer at `url`, keeping the token in its query."""
+    u = urllib.parse.urlsplit(url)
+    p, _, q = path.partition("?")
+    return urllib.parse.urlunsplit((u.scheme, u.netloc, "/" + p, "&".join(x for x in (q, u.query) if x), ""))
+
+
 def get(url, path):
-    with urllib.request.urlopen(url + path, timeout=10) as r:
+    with urllib.request.urlopen(at(url, path), timeout=10) as r:
         return r.read(), r.headers
 
 
@@ -166,7 +173,7 @@ def frame(url):
 
 
 def post(url, update):
-    req = urllib.request.Request(url + "steer", json.dumps(update).encode(), {"Content-Type": "application/json"})
+    req = urllib.request.Request(at(url, "steer"), json.dumps(update).encode(), {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, json.loads(r.read())
@@ -505,6 +512,8 @@ def test_page_in_headless_chromium_shows_frames_and_steers(tmp_path):
         w, h, g, _ = until(lambda: cdp.eval(SHOWN), 30, "the page showing a frame")
         assert (w, h, g) == (32, 24, 25)
         assert cdp.eval("getComputedStyle(document.getElementById('wait')).display") == "none"
+        # the inline style is allowed by the page's Content-Security-Policy (the script is: it shows frames)
+        assert cdp.eval("getComputedStyle(document.body).backgroundColor") == "rgb(22, 24, 28)"
         assert cdp.eval("document.getElementById('steer').disabled") is False
         cdp.eval("document.getElementById('iso').value = '0.55'; document.getElementById('iso-apply').click()")
         until(lambda: any(u.get("iso_values") == [0.55] for u in _updates(log)), 20, "the update at the simulation")

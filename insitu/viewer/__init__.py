@@ -1,7 +1,7 @@
 """A local web viewer for frame streams, with steering back to the simulation.
 
     >>> v = serve("out/frames")            # a live SST stream (a BP5 directory is replayed)
-    >>> print(v.url)                       # open it in a browser
+    >>> print(v.url)                       # open it in a browser: http://127.0.0.1:PORT/?token=...
     >>> v.steer({"iso_values": [0.4]})     # what the page's controls do
     >>> v.close()
 
@@ -10,7 +10,8 @@ frame with its step, time and frames/s and has controls for the camera (orbit, z
 iso values, colormap, volume opacity, simulation parameters, pause and stop; each
 control POSTs a steering update, the viewer merges it into its state and sends the whole
 state on ``<stream>.steer`` (and again every second), which the simulation's adaptor
-applies. Needs only :mod:`insitu.stream`, NumPy and Pillow (and ffmpeg for ``mp4=``).
+applies. Every request needs the viewer's per-run token (in ``Viewer.url``) and a
+``Host`` naming the viewer: other local users and web pages can neither watch nor steer. Needs only :mod:`insitu.stream`, NumPy and Pillow (and ffmpeg for ``mp4=``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def serve(stream: str, *, engine: str | None = None, host: str = "127.0.0.1", po
     engine : {"SST", "BP5"}, optional
         Default: BP5 when `stream` is a directory, else SST.
     host, port : str, int
-        Where to serve; port 0 picks a free one (``Viewer.url`` tells which).
+        Where to serve; port 0 picks a free one (``Viewer.url`` tells which). A host other
+        than loopback serves plain HTTP to the network: the token then travels unencrypted.
     png : str, optional
         Directory: every received frame is written there as ``frame_STEP.png`` (6 digits).
     mp4 : str, optional
@@ -52,8 +54,9 @@ def serve(stream: str, *, engine: str | None = None, host: str = "127.0.0.1", po
     Returns
     -------
     Viewer
-        ``.url``, ``.status()``, ``.steer(update)``, ``.wait(timeout)`` (for the end of the
-        stream), ``.close()``; also a context manager.
+        ``.url`` (with the secret ``.token``: only requests carrying it are answered),
+        ``.status()``, ``.steer(update)``, ``.wait(timeout)`` (for the end of the stream),
+        ``.close()``; also a context manager.
 
     Notes
     -----

@@ -14,15 +14,27 @@ Threads (all stopped by :meth:`Viewer.close`):
   ``<stream>.steer`` and sends the WHOLE steering state after every change and once
   every ``heartbeat`` seconds, so a simulation whose reader connects late (or lost an
   update) converges to the viewer's state.
-- *http*: :class:`http.server.ThreadingHTTPServer` serving the page and the endpoints
-  listed in :class:`Handler`.
+- *http*: a gate that accepts connections and keeps them, without a thread, until
+  their first bytes arrive (at most ``IDLE_TIMEOUT`` seconds); then a handler thread
+  (at most ``MAX_HANDLERS`` at once, more are answered 503) serves the page and the
+  endpoints listed in :class:`Handler`. Idle connections therefore cost a file
+  descriptor, not a thread, and every socket read or write times out.
+
+Access: every request must name the viewer in ``Host`` (and ``Origin``, when sent) and
+carry the per-run token (see :mod:`insitu.viewer._access`); ``Viewer.url`` holds it.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import http.cookies
 import http.server
 import json
 import os
+import re
+import secrets
+import selectors
 import socket
 import sys
 import threading
@@ -30,13 +42,56 @@ import time
 import urllib.parse
 from importlib import resources
 
+from ._access import Access, Refused, body_length
 from .record import Mp4Writer, PngDirectory, encode_png
 from .state import STEER_KEYS, FrameBuffer, SteeringState
 
-__all__ = ["Viewer"]
+__all__ = ["IDLE_TIMEOUT", "MAX_BODY", "MAX_HANDLERS", "Viewer"]
+
+#: Seconds a connection may stay silent: before its first request, between requests and within one.
+IDLE_TIMEOUT = 10.0
+#: Requests served at once (browsers open at most 6 connections to a host); more are answered 503.
+MAX_HANDLERS = 32
+#: Connections waiting for their first bytes; beyond this the oldest is closed.
+MAX_WAITING = 512
+#: Seconds a closed connection's unread bytes are still drained (see _Server.shutdown_request).
+LINGER = 1.0
+#: The largest steering update accepted, in bytes.
+MAX_BODY = 1 << 16
+#: The deepest nesting of arrays and objects accepted in a steering update (real ones nest 3 deep).
+MAX_DEPTH = 16
+TOKEN_HEADER = "X-Insitu-Token"
+
+
+def _too_deep(obj, limit: int) -> bool:
+    """Whether JSON value `obj` nests arrays/objects more than `limit` deep (iteratively: no recursion)."""
+    stack = [(obj, 0)]
+    while stack:
+        o, d = stack.pop()
+        if isinstance(o, (dict, list)):
+            if d >= limit:
+                return True
+            stack.extend((x, d + 1) for x in (o.values() if isinstance(o, dict) else o))
+    return False
+
+
+def _csp(page: bytes) -> str:
+    """The page's Content-Security-Policy: its own inline script and style (by hash), nothing from elsewhere."""
+    def hashes(tag: bytes) -> str:
+        found = re.findall(rb"<%s>(.*?)</%s>" % (tag, tag), page, re.S)
+        return " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(x).digest()).decode()}'"
+                        for x in found) or "'none'"
+
+    # frames are shown through blob: URLs made from fetched PNGs
+    return (f"default-src 'self'; img-src 'self' blob:; script-src {hashes(b'script')}; "
+            f"style-src {hashes(b'style')}; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
 
 class Viewer:
-    """Reads a frame stream, serves it over HTTP and forwards steering. See :func:`insitu.viewer.serve`."""
+    """Reads a frame stream, serves it over HTTP and forwards steering. See :func:`insitu.viewer.serve`.
+
+    ``url`` is the page's address with the per-run ``token`` (``http://127.0.0.1:PORT/?token=...``);
+    ``host`` and ``port`` are where it is bound.
+    """
 
     def __init__(self, stream: str, *, engine: str | None = None, host: str = "127.0.0.1", port: int = 0,
                  png: str | None = None, mp4: str | None = None, steer: bool | None = None,
@@ -72,10 +127,15 @@ class Viewer:
         self._png_lock = threading.Lock()
         self._png: tuple[int, bytes] = (0, b"")
         self._page = resources.files(__package__).joinpath("page.html").read_bytes()
+        self.token = secrets.token_urlsafe(32)
         self._httpd = _Server(host, port, self)
         h, p = self._httpd.server_address[:2]
         self.host, self.port = h, p
-        self.url = f"http://{'[%s]' % h if ':' in h else h}:{p}/"
+        self._access = Access(self.token, h, p, names=[host])
+        self.url = f"http://{'[%s]' % h if ':' in h else h}:{p}/?token={self.token}"
+        self._headers = {"Cache-Control": "no-store", "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff",
+                         "Referrer-Policy": "no-referrer", "Cross-Origin-Resource-Policy": "same-origin",
+                         "Content-Security-Policy": _csp(self._page)}
         self._steer_writer = None
         if self.steer_enabled:
             # opened here, on the caller's thread: ADIOS2's first SST writer in a process installs
@@ -89,8 +149,7 @@ class Viewer:
             except Exception:
                 self._httpd.server_close()
                 raise
-        self._threads = [threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
-                                          name="insitu-view-http", daemon=True),
+        self._threads = [threading.Thread(target=self._httpd.gate, name="insitu-view-http", daemon=True),
                          threading.Thread(target=self._read, name="insitu-view-reader", daemon=True)]
         if self.steer_enabled:
             self._threads.append(threading.Thread(target=self._steer_loop, name="insitu-view-steer", daemon=True))
@@ -273,9 +332,9 @@ class Viewer:
         deadline = time.monotonic() + timeout
         for t in self._threads[1:]:
             t.join(max(0.1, deadline - time.monotonic()))
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._httpd.stop()
         self._threads[0].join(5)
+        self._httpd.server_close()
 
     def __enter__(self) -> "Viewer":
         return self
@@ -284,46 +343,175 @@ class Viewer:
         self.close()
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(http.server.HTTPServer):
+    """An HTTP server whose threads go to requests, not to connections (see the module docstring)."""
+
+    request_queue_size = 128  # the listen backlog: the gate accepts quickly, but bursts of connections come
 
     def __init__(self, host: str, port: int, viewer: Viewer) -> None:
         if ":" in host:
             self.address_family = socket.AF_INET6
         self.viewer = viewer
         super().__init__((host, port), Handler)
+        self.socket.setblocking(False)
+        self._lock = threading.Lock()
+        self._active = 0
+        self._waiting: dict[socket.socket, tuple] = {}  # in arrival order: (address, deadline)
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self.socket, selectors.EVENT_READ)
+        self._stopping = threading.Event()
+
+    def crowded(self) -> bool:
+        """Whether half the handler threads are busy (then connections are not kept alive)."""
+        return self._active >= MAX_HANDLERS // 2
+
+    def gate(self) -> None:
+        """Accept connections and hand those with bytes to read to handler threads, until :meth:`stop`."""
+        try:
+            while not self._stopping.is_set():
+                for key, _ in self._sel.select(0.2):
+                    if key.fileobj is self.socket:
+                        self._accept()
+                    else:
+                        self._dispatch(key.fileobj)
+                now = time.monotonic()
+                while self._waiting:  # the oldest first: every connection waits IDLE_TIMEOUT at most
+                    conn, (_, deadline) = next(iter(self._waiting.items()))
+                    if deadline > now:
+                        break
+                    self._drop(conn)
+        finally:
+            for conn in list(self._waiting):
+                self._drop(conn)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._sel.close()
+
+    def shutdown_request(self, request: socket.socket) -> None:
+        # a lingering close: what the client still sends (a refused body) is read and dropped for
+        # a moment, since closing with unread data resets the connection and the client may lose the answer
+        try:
+            request.shutdown(socket.SHUT_WR)
+            deadline, left = time.monotonic() + LINGER, 1 << 20
+            while left > 0 and (t := deadline - time.monotonic()) > 0:
+                request.settimeout(t)
+                chunk = request.recv(min(left, 1 << 16))
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except OSError:
+            pass
+        self.close_request(request)
+
+    def _accept(self) -> None:
+        for _ in range(64):  # then let the waiting connections have their turn
+            try:
+                conn, addr = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # out of file descriptors: the backlog keeps them until some close
+                self._stopping.wait(0.05)
+                return
+            if len(self._waiting) >= MAX_WAITING:
+                self._drop(next(iter(self._waiting)))
+            conn.settimeout(IDLE_TIMEOUT)
+            self._waiting[conn] = (addr, time.monotonic() + IDLE_TIMEOUT)
+            self._sel.register(conn, selectors.EVENT_READ)
+
+    def _drop(self, conn: socket.socket) -> None:
+        self._waiting.pop(conn, None)
+        try:
+            self._sel.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        conn.close()
+
+    def _dispatch(self, conn: socket.socket) -> None:
+        addr, _ = self._waiting.pop(conn)
+        self._sel.unregister(conn)
+        with self._lock:
+            full = self._active >= MAX_HANDLERS
+            if not full:
+                self._active += 1
+        if full:
+            body = b'{"error": "the viewer is busy; try again"}'
+            head = "".join(f"{k}: {v}\r\n" for k, v in self.viewer._headers.items())
+            try:
+                conn.setblocking(False)  # a fresh socket's send buffer takes this whole; never wait for it
+                conn.recv(1 << 16)  # what the request sent so far: closing with it unread would reset the answer
+                conn.send(f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                          f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n{head}\r\n"
+                          .encode() + body)
+            except OSError:
+                pass
+            conn.close()
+            return
+        threading.Thread(target=self._work, args=(conn, addr), name="insitu-view-request", daemon=True).start()
+
+    def _work(self, conn: socket.socket, addr) -> None:
+        try:
+            self.finish_request(conn, addr)
+        except OSError:  # the client went away, or was silent for IDLE_TIMEOUT
+            pass
+        except Exception:
+            self.handle_error(conn, addr)
+        finally:
+            self.shutdown_request(conn)
+            with self._lock:
+                self._active -= 1
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
     """Endpoints.
+
+    Every request needs a ``Host`` naming the viewer (127.0.0.1:PORT, localhost:PORT,
+    [::1]:PORT or the address it is bound to), an ``Origin`` (if any) naming it too, and
+    the viewer's token: ``?token=TOKEN``, the ``X-Insitu-Token`` header, or the cookie that
+    ``GET /?token=TOKEN`` sets (HttpOnly, SameSite=Strict). Refused: 403 ``{"error": ...}``.
 
     ``GET /``            the page (HTML with inline JS).
     ``GET /status``      JSON: stream, engine, mode (live|replay), connected, ended, error,
                          frames/seq (frames received), step, time, width, height, fps,
                          camera, ranges, first_step, steps (the last 100), record_error,
                          steering {enabled, state, sent, error}.
-    ``GET /frame.png``   the newest frame (any query string, e.g. ``?n=SEQ``, is ignored);
+    ``GET /frame.png``   the newest frame (any other query parameter, e.g. ``?n=SEQ``, is ignored);
                          headers ``X-Insitu-Seq``, ``X-Insitu-Step``, ``X-Insitu-Time``;
                          503 before the first frame.
     ``GET /steer``       JSON: the steering state, whether steering is on, the accepted keys.
-    ``POST /steer``      a JSON object of steering keys (``Content-Type: application/json``),
-                         merged into the state and sent; answers ``{"state": ..., "sent": n}``,
-                         400 ``{"error": ...}`` for a malformed update, 409 when steering is
-                         off, 415 for another content type.
+    ``POST /steer``      a JSON object of steering keys (``Content-Type: application/json``,
+                         ``Content-Length`` at most 64 KiB), merged into the state and sent;
+                         answers ``{"state": ..., "sent": n}``, 400 ``{"error": ...}`` for a
+                         malformed update or length, 409 when steering is off, 411 without a
+                         length, 413 above 64 KiB, 415 for another content type.
+
+    Every answer of 400 or above closes the connection.
     """
 
     server: _Server
     protocol_version = "HTTP/1.1"
     server_version = "insitu-view"
+    timeout = IDLE_TIMEOUT  # set on the socket by StreamRequestHandler.setup: every read and write
 
     def log_message(self, format, *args) -> None:  # quiet: the terminal shows the URL only
         pass
+
+    def end_headers(self) -> None:  # every answer, send_error's included
+        for k, v in self.server.viewer._headers.items():
+            self.send_header(k, v)
+        if not self.close_connection and self.server.crowded():
+            self.send_header("Connection", "close")
+        super().end_headers()
 
     def _send(self, code: int, body: bytes, ctype: str, headers: dict | None = None) -> None:
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
+        if code >= 400:  # also: a refused POST's body was not read and must not be taken for a request
+            self.send_header("Connection", "close")
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         self.end_headers()
@@ -333,11 +521,43 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _json(self, code: int, obj) -> None:
         self._send(code, json.dumps(obj).encode(), "application/json")
 
+    @property
+    def _cookie_name(self) -> str:  # cookies do not tell ports apart: one name per viewer
+        return f"insitu_view_{self.server.viewer.port}"
+
+    def _admitted(self, query: dict) -> bool:
+        """Check Host, Origin and token; answer 403 and return False when one fails."""
+        access = self.server.viewer._access
+        why = access.host_error(self.headers.get_all("Host") or []) or access.origin_error(
+            self.headers.get_all("Origin") or [])
+        if why is None:
+            tokens = [*query.get("token", []), *(self.headers.get_all(TOKEN_HEADER) or [])]
+            for c in self.headers.get_all("Cookie") or []:
+                try:
+                    morsel = http.cookies.SimpleCookie(c).get(self._cookie_name)
+                except http.cookies.CookieError:
+                    continue
+                if morsel is not None:
+                    tokens.append(morsel.value)
+            if not access.token_ok(tokens):
+                why = "missing or wrong token; use the URL 'insitu view' printed (http://HOST:PORT/?token=...)"
+        if why is not None:
+            self._json(403, {"error": f"insitu view: forbidden: {why}"})
+            return False
+        return True
+
     def do_GET(self) -> None:
         v = self.server.viewer
-        path = urllib.parse.urlsplit(self.path).path
+        url = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(url.query)
+        if not self._admitted(query):
+            return
+        path = url.path
         if path in ("/", "/index.html"):
-            self._send(200, v._page, "text/html; charset=utf-8")
+            headers = {}
+            if query.get("token"):  # the page's later requests (and a reload without ?token) carry it
+                headers["Set-Cookie"] = f"{self._cookie_name}={v.token}; Path=/; HttpOnly; SameSite=Strict"
+            self._send(200, v._page, "text/html; charset=utf-8", headers)
         elif path == "/status":
             self._json(200, v.status())
         elif path == "/frame.png":
@@ -357,22 +577,37 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         v = self.server.viewer
-        path = urllib.parse.urlsplit(self.path).path
-        if path != "/steer":
-            self._json(404, {"error": f"cannot POST to {path!r}; POST steering updates to /steer"})
+        url = urllib.parse.urlsplit(self.path)
+        if not self._admitted(urllib.parse.parse_qs(url.query)):
+            return
+        if url.path != "/steer":
+            self._json(404, {"error": f"cannot POST to {url.path!r}; POST steering updates to /steer"})
             return
         if self.headers.get_content_type() != "application/json":
             # also keeps other web sites out: a cross-origin JSON POST needs a CORS preflight we never grant
             self._json(415, {"error": "steer: send a JSON object with Content-Type: application/json"})
             return
-        n = int(self.headers.get("Content-Length") or 0)
-        if n > 1 << 16:
-            self._json(413, {"error": f"steering update of {n} bytes; at most 65536"})
+        try:
+            n = body_length(self.headers.get_all("Content-Length") or [],
+                            "Transfer-Encoding" in self.headers, MAX_BODY)
+        except Refused as r:
+            self._json(r.code, {"error": f"steer: {r.message}"})
+            return
+        body = self.rfile.read(n)
+        if len(body) != n:
+            self._json(400, {"error": f"steer: the body ended after {len(body)} of {n} bytes"})
             return
         try:
-            update = json.loads(self.rfile.read(n) or b"null")
-        except ValueError as exc:
+            update = json.loads(body or b"null")
+            deep = _too_deep(update, MAX_DEPTH)
+        except RecursionError:  # deeper than the decoder goes
+            deep = True
+        except ValueError as exc:  # UnicodeDecodeError included
             self._json(400, {"error": f"steer: the body is not JSON: {exc}"})
+            return
+        if deep:
+            self._json(400, {"error": f"steer: the body is nested too deeply (more than {MAX_DEPTH} levels "
+                                      "of arrays and objects) to be a steering update"})
             return
         if not v.steer_enabled:
             self._json(409, {"error": f"steering is off for this stream ({v.mode})"})

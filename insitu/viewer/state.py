@@ -42,7 +42,12 @@ STEER_KEYS = {
 
 
 def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int beyond any float (JSON allows 400-digit numbers)
+        return False
 
 
 def _numbers(path: str, v: Any) -> list[float]:
