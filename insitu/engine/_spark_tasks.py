@@ -166,8 +166,10 @@ def _client(ctx: _Ctx, device: int | None, directory: str) -> DaemonWorker:
     # By ordinal: a task must not initialise CUDA (its python worker is forked and reused).
     w = _CLIENTS.get(default_socket_path(device, directory=directory, by_bus_id=False))
     if w is None:
+        # Owned by this python worker's parent (pyspark.daemon or the executor), which
+        # outlives the worker: Spark stops idle workers, the daemon must not follow them.
         h = ensure_daemon(device, directory=directory, timeout=max(ctx.timeout, 60.0), by_bus_id=False,
-                          **dict(ctx.options))
+                          owners=(os.getppid(),), **dict(ctx.options))
         w = _CLIENTS[h.socket_path] = h.client(timeout=ctx.timeout)
         _DEVICES[h.socket_path] = device
     return w

@@ -43,7 +43,10 @@ Which daemon a partition uses:
 A task whose sources are cached blocks runs on the daemon that holds them (their
 record names its socket). Daemons live in ``daemon_dir`` (default a fresh directory
 per engine, on every node); :meth:`SparkEngine.stop` shuts down the daemons found there
-on the driver's node (daemons on other nodes are not stopped yet). Shuffles hand data
+on the driver's node. A daemon's owner is the parent of the Python worker that started
+or found it (Spark's long-lived ``pyspark.daemon``, or the executor): once the executor
+is gone (a driver killed by SIGKILL takes a local-mode executor with it) and no task
+talks to it, the daemon exits after ``daemon_idle_timeout``, on every node. Shuffles hand data
 over between daemons of one node only; blocks on different nodes cannot exchange
 halos yet.
 
@@ -100,6 +103,7 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 import numpy as np
 
 from insitu.pool import DaemonWorker
+from insitu.pool.daemon import fingerprint
 
 from ._spark_tasks import (BlockRecord, LostBlocksError, _action_task, _Ctx, _extract_task, _group_assemble,
                            _group_task, _halo_assemble, _identity, _order_key, _rounds_task, _stable, export_slab,
@@ -163,6 +167,10 @@ class SparkEngine:
         CPU daemons per node where there is no GPU (default 1).
     budget_bytes, host_budget_bytes, spill_dir
         Cache limits of daemons started by tasks.
+    daemon_idle_timeout : float, optional
+        Seconds a daemon waits for work once its owners are gone (the Spark executor
+        process that runs the task that started or found it; see
+        :mod:`insitu.pool.daemon`); default ``$INSITU_DAEMON_IDLE_TIMEOUT`` or 120 s.
     gpu_workers : bool
         False: the daemon of a GPU Spark scheduled to a task is a CPU worker (one per
         GPU address; for clusters with a fake discovery script on machines without GPUs).
@@ -176,7 +184,8 @@ class SparkEngine:
     def __init__(self, master: str = "local[2]", *, app_name: str = "insitu", conf: Mapping[str, str] | None = None,
                  daemon_dir: str | None = None, timeout: float = 60.0, gpus: int | None = None,
                  cpu_daemons: int = 1, budget_bytes: int | None = None, host_budget_bytes: int | None = None,
-                 spill_dir: str | None = None, gpu_workers: bool = True, sc=None) -> None:
+                 spill_dir: str | None = None, daemon_idle_timeout: float | None = None, gpu_workers: bool = True,
+                 sc=None) -> None:
         if not timeout > 0:
             raise ValueError(f"SparkEngine: timeout must be > 0 seconds, got {timeout!r}")
         if not (isinstance(cpu_daemons, int) and cpu_daemons >= 1):
@@ -187,6 +196,9 @@ class SparkEngine:
             os.environ["PATH"] = os.path.join(jh, "bin") + os.pathsep + os.environ.get("PATH", "")
         # Spark's python workers (and the daemons they start) import what the driver can.
         os.environ["PYTHONPATH"] = _python_path()
+        # ...and agree on the code of this job's daemons, even with python workers started
+        # after the sources were edited (a daemon of other code is replaced, not reused).
+        os.environ["INSITU_DAEMON_CODE_HASH"] = fingerprint()["code"]
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         from pyspark import SparkConf, SparkContext
 
@@ -194,12 +206,14 @@ class SparkEngine:
         self.daemon_dir = daemon_dir or tempfile.mkdtemp(prefix="insitu-spark-", dir="/tmp")
         os.makedirs(self.daemon_dir, mode=0o700, exist_ok=True)
         options = tuple((k, v) for k, v in (("budget_bytes", budget_bytes), ("host_budget_bytes", host_budget_bytes),
-                                            ("spill_dir", spill_dir)) if v is not None)
+                                            ("spill_dir", spill_dir), ("idle_timeout", daemon_idle_timeout))
+                        if v is not None)
         self._ctx = _Ctx(os.path.abspath(self.daemon_dir), _count_gpus() if gpus is None else int(gpus),
                          cpu_daemons, float(timeout), options, bool(gpu_workers))
         settings = {"spark.ui.enabled": "false", "spark.locality.wait": "0s", "spark.python.worker.reuse": "true",
                     "spark.python.unix.domain.socket.enabled": "true",  # JVM <-> python workers: ~40 ms less per job
-                    "spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"], "spark.ui.showConsoleProgress": "false"}
+                    "spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"], "spark.ui.showConsoleProgress": "false",
+                    "spark.executorEnv.INSITU_DAEMON_CODE_HASH": os.environ["INSITU_DAEMON_CODE_HASH"]}
         settings.update(conf or {})
         self._own_sc = sc is None
         if sc is None:

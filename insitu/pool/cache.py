@@ -22,7 +22,10 @@ Tiers, fastest first:
     NumPy blocks to go straight to disk sets ``host_budget_bytes=0``.
 ``"disk"``
     One HDF5 file per block (one dataset, written with h5py) in this cache's own
-    directory under ``spill_dir``, removed by :meth:`BlockCache.close`. Reloading
+    directory under ``spill_dir``, removed by :meth:`BlockCache.close`. The directory
+    is named ``insitu-blocks-<host>-<pid>-<random>``: the directories of processes that
+    died without closing their cache (SIGKILL) are found by that name and removed by
+    :func:`clean_stale_spill_dirs`, which every worker daemon calls at its start. Reloading
     gives back the block's kind (NumPy or CuPy, on the device it came from), dtype and
     shape; a CuPy block goes through a pinned buffer (one counted host->device
     transfer).
@@ -43,7 +46,9 @@ import dataclasses
 import itertools
 import operator
 import os
+import re
 import shutil
+import stat
 import tempfile
 import threading
 import weakref
@@ -54,12 +59,61 @@ import numpy as np
 from insitu import arrays
 from insitu.errors import InsituError
 
-__all__ = ["BlockCache", "CacheBudgetError", "CacheStats", "Handle"]
+from ._proc import host_tag, pid_alive
+
+__all__ = ["BlockCache", "CacheBudgetError", "CacheStats", "Handle", "clean_stale_spill_dirs"]
 
 TIERS = ("resident", "host", "disk")
 
 # Handle ids are unique across all caches of the process: a handle from another cache is unknown here.
 _ids = itertools.count(1)
+
+
+_SPILL_PREFIX = "insitu-blocks-"
+_SPILL_FILE = re.compile(r"block-\d+-\d+\.h5")
+
+
+def clean_stale_spill_dirs(spill_dir: str | None = None) -> list[str]:
+    """Remove the spill directories in `spill_dir` left by dead processes of this node.
+
+    Only directories that are clearly a :class:`BlockCache`'s are touched: named
+    ``insitu-blocks-<this host>-<pid>-*``, owned by this user, not symbolic links,
+    holding nothing but spilled blocks, and whose process `pid` no longer runs.
+
+    Parameters
+    ----------
+    spill_dir : str, optional
+        Where caches made their directories; default the system's temporary directory.
+
+    Returns
+    -------
+    list of str
+        The directories removed.
+    """
+    root = spill_dir if spill_dir is not None else tempfile.gettempdir()
+    pattern = re.compile(re.escape(f"{_SPILL_PREFIX}{host_tag()}-") + r"(\d+)-[^/]+")
+    removed = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for name in names:
+        m = pattern.fullmatch(name)
+        if m is None or pid_alive(int(m.group(1))):
+            continue
+        path = os.path.join(root, name)
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                continue
+            if not all(_SPILL_FILE.fullmatch(f) for f in os.listdir(path)):
+                continue  # something else lives there: not ours to remove
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.lexists(path):
+            removed.append(path)
+    return removed
 
 
 class CacheBudgetError(InsituError, MemoryError):
@@ -493,7 +547,7 @@ class BlockCache:
             root = self._spill_root
             if root is not None:
                 os.makedirs(root, exist_ok=True)
-            self._dir = tempfile.mkdtemp(prefix="insitu-blocks-", dir=root)
+            self._dir = tempfile.mkdtemp(prefix=f"{_SPILL_PREFIX}{host_tag()}-{os.getpid()}-", dir=root)
             self._dir_finalizer = weakref.finalize(self, shutil.rmtree, self._dir, ignore_errors=True)
         return self._dir
 

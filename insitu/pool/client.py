@@ -4,7 +4,11 @@ A :class:`DaemonWorker` has the interface of :class:`insitu.pool.Worker` that
 :class:`insitu.pool.GPUBlocks` uses (``run(package) -> list`` and ``round_trips``), so
 the paper's API works unchanged over a daemon (:mod:`insitu.pool.daemon` starts them).
 Every socket operation has a timeout; a daemon that dies gives :class:`WorkerDiedError`
-at once (end of file), one that does not answer :class:`WorkerTimeoutError`.
+at once (end of file), one that does not answer (or whose listen backlog stays full)
+:class:`WorkerTimeoutError`. A client talks only to a daemon of its own user (checked
+with ``SO_PEERCRED``, :class:`DaemonOwnerError` otherwise): replies are pickles, which
+can run code where they are loaded. Messages are capped both ways
+(:func:`insitu.pool.handoff.max_message_bytes`).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import os
 import socket
 import struct
 import threading
+import time
 from typing import Any
 
 from insitu.arrays import DeviceUnavailableError
@@ -21,10 +26,11 @@ from insitu.errors import InsituError, PeerTimeoutError
 
 from . import handoff
 from .cache import CacheStats
+from .handoff import MessageTooLargeError
 from .commands import Package
 
-__all__ = ["DEFAULT_TIMEOUT", "DaemonStats", "DaemonWorker", "PackageEncodingError", "WorkerDiedError",
-           "WorkerTimeoutError"]
+__all__ = ["DEFAULT_TIMEOUT", "DaemonOwnerError", "DaemonStats", "DaemonWorker", "MessageTooLargeError",
+           "PackageEncodingError", "WorkerDiedError", "WorkerTimeoutError"]
 
 #: Seconds a client waits on any one socket operation (connect, send, the reply).
 DEFAULT_TIMEOUT = 60.0
@@ -48,6 +54,10 @@ class WorkerTimeoutError(PeerTimeoutError):
         self.socket_path, self.pid = socket_path, pid
 
 
+class DaemonOwnerError(InsituError, PermissionError):
+    """The process listening on a daemon socket belongs to another user: it is not used."""
+
+
 class PackageEncodingError(InsituError, TypeError):
     """A package holds something that cannot be sent to a worker daemon (a local function...)."""
 
@@ -64,6 +74,8 @@ class DaemonStats:
     cache: CacheStats
     kernels: dict
     uptime: float  # seconds
+    owners: tuple = ()  # pids of the live processes that keep it (see insitu.pool.daemon)
+    idle_timeout: float | None = None  # seconds idle without owners before it exits
 
 
 def check_socket_path(path: str) -> str:
@@ -93,6 +105,9 @@ class DaemonWorker:
         reply): a package that runs longer needs a larger one.
     pid : int, optional
         The daemon's pid, for messages (learnt from the socket when connecting).
+    max_message_bytes : int, optional
+        Most bytes of one request or reply (default
+        :func:`insitu.pool.handoff.max_message_bytes`).
 
     Notes
     -----
@@ -102,21 +117,27 @@ class DaemonWorker:
     connection), so Spark tasks can carry one.
     """
 
-    def __init__(self, socket_path: str, *, timeout: float = DEFAULT_TIMEOUT, pid: int | None = None) -> None:
+    def __init__(self, socket_path: str, *, timeout: float = DEFAULT_TIMEOUT, pid: int | None = None,
+                 max_message_bytes: int | None = None) -> None:
         self.socket_path = check_socket_path(socket_path)
         if not timeout > 0:
             raise ValueError(f"DaemonWorker: timeout must be > 0 seconds, got {timeout!r}")
+        if max_message_bytes is not None and not (isinstance(max_message_bytes, int) and max_message_bytes > 0):
+            raise ValueError(f"DaemonWorker: max_message_bytes must be an int > 0, got {max_message_bytes!r}")
         self.timeout = float(timeout)
+        self.max_message_bytes = max_message_bytes
         self.pid = pid
         self.round_trips = 0
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:
-        return {"socket_path": self.socket_path, "timeout": self.timeout, "pid": self.pid}
+        return {"socket_path": self.socket_path, "timeout": self.timeout, "pid": self.pid,
+                "max_message_bytes": self.max_message_bytes}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["socket_path"], timeout=state["timeout"], pid=state["pid"])
+        self.__init__(state["socket_path"], timeout=state["timeout"], pid=state["pid"],
+                      max_message_bytes=state.get("max_message_bytes"))
 
     def __repr__(self) -> str:
         return f"DaemonWorker({self.socket_path!r}, pid={self.pid})"
@@ -131,6 +152,8 @@ class DaemonWorker:
         ------
         PackageEncodingError
             Something in the package cannot be pickled (a local function, a lock...).
+        MessageTooLargeError
+            The package (arrays sent by value) or its reply exceeds ``max_message_bytes``.
         WorkerDiedError, WorkerTimeoutError
             The daemon is gone, or did not answer in time. Nothing is retried: the package
             may have run in part. After a timeout it may still be running, and may still
@@ -145,6 +168,7 @@ class DaemonWorker:
             raise  # the client's own array problem, not a pickling one
         except Exception as e:  # noqa: BLE001 - diagnosed below
             raise _encoding_error(package, e, self.socket_path) from e
+        handoff.check_size(frames, self.max_message_bytes)
         ex.synchronize()  # the daemon reads the arrays as soon as it has the message
         try:
             with self._lock:
@@ -162,6 +186,14 @@ class DaemonWorker:
         """The daemon's pid, device, packages run, cache and kernel-cache statistics."""
         with self._lock:
             return self._request(handoff.dumps(("stats",)), "stats")
+
+    def hello(self, fingerprint: dict, owners: tuple = ()) -> dict:
+        """The handshake of :func:`insitu.pool.ensure_daemon`: the daemon's ``pid``,
+        ``fingerprint`` (its code and options) and ``owners``. When `fingerprint` equals
+        the daemon's, the pids in `owners` (processes of this node) become owners of the
+        daemon too: it stays while one of them lives (see :mod:`insitu.pool.daemon`)."""
+        with self._lock:
+            return self._request(handoff.dumps(("hello", dict(fingerprint), tuple(int(p) for p in owners))), "hello")
 
     def shutdown(self) -> None:
         """Ask the daemon to stop (it finishes the package it is running first)."""
@@ -192,20 +224,18 @@ class DaemonWorker:
 
     def _connect(self) -> socket.socket:
         if self._sock is None:
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.settimeout(self.timeout)
             try:
-                s.connect(self.socket_path)
-            except (FileNotFoundError, ConnectionRefusedError) as e:
+                s = connect_unix(self.socket_path, self.timeout, self._name())
+            except (WorkerDiedError, WorkerTimeoutError) as e:
+                e.pid = self.pid
+                raise
+            pid, uid = peer_credentials(s)
+            if uid != os.getuid():
                 s.close()
-                raise WorkerDiedError(f"no worker daemon listens at {self.socket_path} ({e.strerror}); it died or "
-                                      "was stopped: start one with ensure_daemon / start_daemon, or restart() it",
-                                      socket_path=self.socket_path, pid=self.pid) from None
-            except TimeoutError:
-                s.close()
-                raise WorkerTimeoutError(f"connecting to the {self._name()} took over {self.timeout:g} s",
-                                         socket_path=self.socket_path, pid=self.pid) from None
-            self.pid = peer_credentials(s)[0]
+                raise DaemonOwnerError(f"the process listening on {self.socket_path} (pid {pid}) belongs to uid "
+                                       f"{uid}, not to this user ({os.getuid()}): its replies are not loaded here. "
+                                       "Use a socket in a directory of your own (INSITU_DAEMON_DIR)")
+            self.pid = pid
             self._sock = s
         return self._sock
 
@@ -220,7 +250,11 @@ class DaemonWorker:
                 self._drop()
                 sock = self._connect()
                 handoff.send_frames(sock, frames)
-            reply = handoff.recv_frames(sock)
+            reply = handoff.recv_frames(sock, max_bytes=self.max_message_bytes)
+        except MessageTooLargeError as e:
+            self._drop()  # the rest of the reply is unread: the connection is out of step
+            e.add_note(f"in the reply of the {self._name()} to {what}")
+            raise
         except TimeoutError:
             self._drop()  # a late reply must not be taken for the next request's
             raise WorkerTimeoutError(
@@ -241,6 +275,50 @@ class DaemonWorker:
         if msg[0] == "ok":
             return msg[1]
         raise _rebuild_error(msg, self._name())
+
+
+def connect_unix(path: str, timeout: float, name: str = "") -> socket.socket:
+    """A stream socket connected to `path` within `timeout` seconds.
+
+    A listener whose backlog is full makes ``connect`` fail at once with EAGAIN
+    (``BlockingIOError``) on Unix sockets with a timeout: that is retried until the
+    deadline, as a slow ``accept`` would be waited for.
+
+    Raises
+    ------
+    WorkerDiedError
+        Nothing listens at `path`.
+    WorkerTimeoutError
+        No connection within `timeout` (the listener hangs, or its backlog stays full).
+    """
+    name = name or f"worker daemon at {path}"
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(max(deadline - time.monotonic(), 0.001))
+        try:
+            s.connect(path)
+            s.settimeout(timeout)
+            return s
+        except (FileNotFoundError, ConnectionRefusedError) as e:
+            s.close()
+            raise WorkerDiedError(f"no worker daemon listens at {path} ({e.strerror}); it died or "
+                                  "was stopped: start one with ensure_daemon / start_daemon, or restart() it",
+                                  socket_path=path) from None
+        except TimeoutError:
+            s.close()
+            raise WorkerTimeoutError(f"connecting to the {name} took over {timeout:g} s",
+                                     socket_path=path) from None
+        except BlockingIOError:
+            s.close()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerTimeoutError(f"connecting to the {name} took over {timeout:g} s: its listen backlog "
+                                         f"stayed full (socket {path}; the daemon accepts no connections)",
+                                         socket_path=path) from None
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.1)
 
 
 def _rebuild_error(msg: tuple, name: str) -> BaseException:

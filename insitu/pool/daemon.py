@@ -24,9 +24,27 @@ message, and a note naming the daemon. A daemon that dies (even by SIGKILL) give
 is not retried. :meth:`DaemonHandle.restart` starts a new daemon on the same socket:
 the blocks cached by the old one are gone (their handles are unknown to the new one).
 
+Lifetime: a daemon has *owners*, processes of its node whose life keeps it: the one that
+started it, and each one that found it with :func:`ensure_daemon` (or gave ``owners``).
+Once no owner lives, no connection is open and no request came for ``idle_timeout``
+seconds (default :data:`DEFAULT_IDLE_TIMEOUT`, ``$INSITU_DAEMON_IDLE_TIMEOUT``;
+``math.inf``: never), it exits, removing its socket and spilled blocks. Cached and
+persisted blocks do not keep it: once its owners are gone no one holds their handles.
+So a simulation killed by SIGKILL does not leave its daemon (and its GPU memory)
+behind. At its start a daemon removes the spill directories of dead processes of this
+user and node (:func:`insitu.pool.cache.clean_stale_spill_dirs`).
+
+Reuse: :func:`ensure_daemon` compares the daemon's *fingerprint* (:func:`fingerprint`:
+the insitu version, a hash of the package sources and their checkout, the Python, the
+cache options) with its own in a handshake, and replaces a daemon started from other
+code or with other options (stopping it) instead of using it.
+
 Trust: a daemon runs whatever code its packages carry, so it only accepts connections
 from processes of its own user (checked with ``SO_PEERCRED``); its default socket lives
-in a per-user directory of mode 0700.
+in a per-user directory of mode 0700. A client likewise only talks to a daemon of its own
+user (:class:`DaemonOwnerError`). Message headers are checked against limits before
+anything is allocated (:func:`insitu.pool.handoff.recv_frames`): a forged header gets
+an error reply and the connection is closed.
 """
 
 from __future__ import annotations
@@ -34,7 +52,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fcntl
+import functools
+import hashlib
 import itertools
+import math
 import os
 import secrets
 import select
@@ -46,23 +67,33 @@ import tempfile
 import threading
 import time
 import traceback
-from typing import Any
+import warnings
+from typing import Any, Iterable
 
+import insitu
 from insitu.errors import InsituError
 
 from . import cache as _cache
 from . import handoff
+from ._proc import pid_alive, start_time
 from .cache import BlockCache
-from .client import (DEFAULT_TIMEOUT, DaemonStats, DaemonWorker, PackageEncodingError, WorkerDiedError,
-                     WorkerTimeoutError, check_socket_path, peer_credentials)
+from .client import (DEFAULT_TIMEOUT, DaemonOwnerError, DaemonStats, DaemonWorker, MessageTooLargeError,
+                     PackageEncodingError, WorkerDiedError, WorkerTimeoutError, check_socket_path, connect_unix,
+                     peer_credentials)
 from .worker import Worker
 
-__all__ = ["DEFAULT_TIMEOUT", "DaemonHandle", "DaemonStartError", "DaemonStats", "DaemonWorker",
-           "PackageEncodingError", "WorkerDiedError", "WorkerTimeoutError", "default_socket_path",
-           "ensure_daemon", "main", "start_daemon"]
+__all__ = ["DEFAULT_IDLE_TIMEOUT", "DEFAULT_TIMEOUT", "DaemonHandle", "DaemonOwnerError", "DaemonStartError",
+           "DaemonStats", "DaemonWorker", "MessageTooLargeError", "PackageEncodingError", "WorkerDiedError",
+           "WorkerTimeoutError", "default_socket_path", "ensure_daemon", "fingerprint", "main", "pid_alive",
+           "start_daemon"]
 
 #: Seconds :func:`start_daemon` waits for a new daemon to listen.
 START_TIMEOUT = 60.0
+#: Seconds a daemon without live owners and connections waits for a request before it exits.
+DEFAULT_IDLE_TIMEOUT = 120.0
+# What a daemon's fingerprint holds of its options (the device is in the socket's name:
+# ordinals differ between processes with other CUDA_VISIBLE_DEVICES).
+_FINGERPRINT_OPTIONS = ("budget_bytes", "host_budget_bytes", "spill_dir", "max_message_bytes")
 
 
 class DaemonStartError(InsituError):
@@ -71,15 +102,94 @@ class DaemonStartError(InsituError):
 
 def _listening(path: str, timeout: float = 2.0) -> int | None:
     """The pid of the process listening on `path`, or None if nothing listens (stale file)."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
     try:
-        s.connect(path)
-        return peer_credentials(s)[0]
-    except (FileNotFoundError, ConnectionRefusedError):
+        s = connect_unix(path, timeout)
+    except WorkerDiedError:
         return None
+    except WorkerTimeoutError:
+        raise DaemonStartError(f"a process listens on {path} but accepts no connection within {timeout:g} s (its "
+                               "backlog is full, or it hangs): stop it, or choose another socket") from None
+    try:
+        return peer_credentials(s)[0]
     finally:
         s.close()
+
+
+def idle_timeout_default() -> float:
+    """``$INSITU_DAEMON_IDLE_TIMEOUT`` (seconds; ``inf``: never), else :data:`DEFAULT_IDLE_TIMEOUT`."""
+    v = os.environ.get("INSITU_DAEMON_IDLE_TIMEOUT")
+    return DEFAULT_IDLE_TIMEOUT if not v else _check_idle_timeout(v, "INSITU_DAEMON_IDLE_TIMEOUT")
+
+
+def _check_idle_timeout(value: Any, name: str = "idle_timeout") -> float:
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number of seconds (or inf), got {value!r}") from None
+    if not t > 0:
+        raise ValueError(f"{name} must be > 0 seconds (inf: never exit when idle), got {value!r}")
+    return t
+
+
+@functools.cache
+def _code() -> tuple[str, str]:
+    """``(checkout, hash)``: the directory holding the insitu package, and a SHA-256 of the
+    sources there (the insitu package; in a source checkout, one with a pyproject.toml,
+    the packages beside it too, whose code the daemon imports by name).
+    ``$INSITU_DAEMON_CODE_HASH`` stands for the hash where set: the processes of one job
+    that start later (Spark's Python workers) then agree with the daemons of its start
+    even after the sources were edited meanwhile."""
+    pkg = os.path.dirname(os.path.abspath(insitu.__file__))
+    root = os.path.dirname(pkg)
+    given = os.environ.get("INSITU_DAEMON_CODE_HASH")
+    if given:  # the hash of the job's start (SparkEngine sets it for its tasks and their daemons)
+        return root, given
+    dirs = [pkg]
+    if os.path.isfile(os.path.join(root, "pyproject.toml")):
+        dirs += sorted(os.path.join(root, d) for d in os.listdir(root) if d != os.path.basename(pkg)
+                       and os.path.isfile(os.path.join(root, d, "__init__.py")))
+    h = hashlib.sha256()
+    for d in dirs:
+        for here, subdirs, files in os.walk(d):
+            subdirs[:] = sorted(x for x in subdirs if x != "__pycache__" and not x.startswith("."))
+            for name in sorted(files):
+                if name.endswith((".py", ".cu", ".cuh", ".glsl", ".sh", ".html")):
+                    path = os.path.join(here, name)
+                    h.update(os.path.relpath(path, root).encode() + b"\0")
+                    try:
+                        with open(path, "rb") as f:
+                            h.update(hashlib.sha256(f.read()).digest())
+                    except OSError:
+                        h.update(b"unreadable")
+    return root, h.hexdigest()[:32]
+
+
+def fingerprint(device: int | None = None, *, budget_bytes: int | None = None, host_budget_bytes: int | None = None,
+                spill_dir: str | None = None, max_message_bytes: int | None = None) -> dict:
+    """What a daemon must share with a client for :func:`ensure_daemon` to use it.
+
+    Parameters
+    ----------
+    device : int, optional
+        Only whether it is a GPU or a CPU worker counts (the socket names the GPU).
+    budget_bytes, host_budget_bytes, spill_dir, max_message_bytes
+        The daemon's options (see :func:`start_daemon`).
+
+    Returns
+    -------
+    dict
+        ``insitu`` (version), ``code`` (hash of the sources, see the module docstring),
+        ``checkout``, ``python`` (version and ``sys.prefix``), ``worker`` (``"cpu"`` or
+        ``"gpu"``) and the options, `spill_dir` made absolute and `max_message_bytes`
+        resolved (:func:`insitu.pool.handoff.max_message_bytes`).
+    """
+    root, code = _code()
+    return {"insitu": insitu.__version__, "code": code, "checkout": root,
+            "python": f"{'.'.join(map(str, sys.version_info[:3]))} {sys.prefix}",
+            "worker": "cpu" if device is None else "gpu", "budget_bytes": budget_bytes,
+            "host_budget_bytes": host_budget_bytes,
+            "spill_dir": os.path.abspath(spill_dir) if spill_dir is not None else None,
+            "max_message_bytes": handoff.max_message_bytes() if max_message_bytes is None else int(max_message_bytes)}
 
 
 # --------------------------------------------------------------------------- the daemon
@@ -106,10 +216,17 @@ class _DaemonWorker(Worker):
 
 
 class _Server:
-    def __init__(self, path: str, worker: _DaemonWorker) -> None:
+    def __init__(self, path: str, worker: _DaemonWorker, *, fingerprint: dict | None = None,
+                 owners: Iterable[int] = (), idle_timeout: float = math.inf,
+                 max_message_bytes: int | None = None) -> None:
         self.path, self.worker = path, worker
-        self.started = time.monotonic()
+        self.fingerprint = dict(fingerprint or {})
+        self.idle_timeout = float(idle_timeout)
+        self.max_message_bytes = max_message_bytes
+        self.started = self.last_activity = time.monotonic()
         self.connections = 0
+        self._owners: dict[int, int] = {}  # pid -> its start time: a reused pid is not an owner
+        self.adopt(owners)
         self._lock = threading.Lock()
         self._idle = threading.Condition()  # shutdown waits until no package is in flight
         self._in_flight = 0
@@ -128,7 +245,40 @@ class _Server:
         self.inode = os.stat(path).st_ino
         self.sock.listen(128)
 
+    def adopt(self, pids: Iterable[int]) -> list[int]:
+        """Make the live processes among `pids` owners; returns the live owners."""
+        for pid in pids:
+            if int(pid) <= 1:
+                continue  # init (an orphan's parent) lives for ever: it would keep the daemon for ever too
+            t = start_time(pid)
+            if t is not None and pid_alive(pid):
+                self._owners[int(pid)] = t
+        return self.owners()
+
+    def owners(self) -> list[int]:
+        """The owners still alive (the dead ones are forgotten)."""
+        for pid, t in list(self._owners.items()):
+            if start_time(pid) != t or not pid_alive(pid):
+                self._owners.pop(pid, None)
+        return sorted(self._owners)
+
+    def _watch(self) -> None:
+        """Stop the daemon once it has no live owner, no connection, and no request came
+        for ``idle_timeout`` seconds."""
+        period = min(max(self.idle_timeout / 4, 0.05), 5.0)
+        while not self._stop.wait(period):
+            with self._lock:
+                idle = time.monotonic() - self.last_activity
+                if self.connections or idle < self.idle_timeout or self.owners():
+                    continue
+                print(f"insitu worker daemon pid {os.getpid()}: no owner process left, no connection, idle for "
+                      f"{idle:.1f} s (idle_timeout {self.idle_timeout:g} s): exiting", flush=True)
+                self.stop()  # under the lock: serve() takes no connection after this
+                return
+
     def serve(self) -> None:
+        if math.isfinite(self.idle_timeout):
+            threading.Thread(target=self._watch, name="insitu-daemon-idle", daemon=True).start()
         self.sock.settimeout(1.0)  # the shutdown below wakes accept(); this is a backstop
         while not self._stop.is_set():
             try:
@@ -142,6 +292,12 @@ class _Server:
             if peer_credentials(conn)[1] not in (os.getuid(), 0):
                 conn.close()  # packages are code: only this user's processes may send them
                 continue
+            with self._lock:  # counted here, so that the idle watch never stops under a new client
+                if self._stop.is_set():
+                    conn.close()
+                    break
+                self.connections += 1
+                self.last_activity = time.monotonic()
             conn.settimeout(None)
             threading.Thread(target=self._serve_connection, args=(conn,), daemon=True).start()
 
@@ -165,13 +321,20 @@ class _Server:
 
     def _serve_connection(self, conn: socket.socket) -> None:
         keep: list = []  # device arrays exported in the last reply: alive until the next request
-        with self._lock:
-            self.connections += 1
         try:
             with conn:
                 while True:
                     try:
-                        frames = handoff.recv_frames(conn)
+                        frames = handoff.recv_frames(conn, max_bytes=self.max_message_bytes)
+                    except MessageTooLargeError as e:
+                        # Refused before anything was allocated; the rest of the message is
+                        # unread, so the connection cannot go on.
+                        e.add_note(f"refused by the worker daemon (pid {os.getpid()}) at {self.path}")
+                        try:
+                            handoff.send_frames(conn, _error_reply(e))
+                        except OSError:
+                            pass
+                        return
                     except (EOFError, OSError):
                         return
                     keep.clear()
@@ -192,6 +355,7 @@ class _Server:
         finally:
             with self._lock:
                 self.connections -= 1
+                self.last_activity = time.monotonic()
 
     def _handle(self, frames: list, keep: list) -> tuple[list, bool]:
         ex = handoff.DaemonExchange(keep)
@@ -210,11 +374,18 @@ class _Server:
                 return handoff.dumps(("ok", result), ex.export), False
             if kind == "ping":
                 return handoff.dumps(("ok", os.getpid())), False
+            if kind == "hello":
+                same = request[1] == self.fingerprint
+                with self._lock:
+                    owners = self.adopt(request[2]) if same else self.owners()
+                info = {"pid": os.getpid(), "fingerprint": self.fingerprint, "owners": owners,
+                        "connections": self.connections, "idle_timeout": self.idle_timeout}
+                return handoff.dumps(("ok", info)), False
             if kind == "stats":
                 return handoff.dumps(("ok", self.stats())), False
             if kind == "shutdown":
                 return handoff.dumps(("ok", os.getpid())), True
-            raise ValueError(f"worker daemon: unknown request {kind!r}; expected run, ping, stats or shutdown")
+            raise ValueError(f"worker daemon: unknown request {kind!r}; expected run, ping, hello, stats or shutdown")
         except BaseException as e:  # noqa: BLE001 - a user function calling sys.exit must not end the connection
             try:
                 ex.synchronize(self.worker.device)  # work launched before the error must not outlive the reply
@@ -225,8 +396,11 @@ class _Server:
             ex.close()
 
     def stats(self) -> DaemonStats:
+        with self._lock:
+            owners = tuple(self.owners())
         return DaemonStats(os.getpid(), self.worker.device, self.path, self.worker.round_trips, self.connections,
-                           self.worker.cache.stats(), self.worker.kernels.stats(), time.monotonic() - self.started)
+                           self.worker.cache.stats(), self.worker.kernels.stats(), time.monotonic() - self.started,
+                           owners, self.idle_timeout)
 
 
 def _error_reply(e: BaseException) -> list:
@@ -248,15 +422,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-bytes", type=int, default=None)
     ap.add_argument("--host-budget-bytes", type=int, default=None)
     ap.add_argument("--spill-dir", default=None)
+    ap.add_argument("--max-message-bytes", type=int, default=None, help="most bytes of one request")
+    ap.add_argument("--owner", type=int, action="append", default=[],
+                    help="pid of a process whose life keeps the daemon (repeatable)")
+    ap.add_argument("--idle-timeout", default=None,
+                    help="seconds without owners, connections and requests before exiting (inf: never)")
     ap.add_argument("--ready-fd", type=int, default=None, help="write 'READY <pid>' to this descriptor when listening")
     args = ap.parse_args(argv)
+    idle = idle_timeout_default() if args.idle_timeout is None else _check_idle_timeout(args.idle_timeout)
+    if args.max_message_bytes is not None and args.max_message_bytes <= 0:
+        raise ValueError(f"--max-message-bytes must be > 0, got {args.max_message_bytes}")
     # Handles from a previous daemon on this socket must not name blocks of this one.
     _cache._ids = itertools.count(secrets.randbits(48) << 8)  # noqa: SLF001
+    for d in _cache.clean_stale_spill_dirs(args.spill_dir):
+        print(f"removed the spill directory {d} of a dead process", flush=True)
     worker = _DaemonWorker(args.device, budget_bytes=args.budget_bytes, host_budget_bytes=args.host_budget_bytes,
                            spill_dir=args.spill_dir)
-    server = _Server(check_socket_path(args.socket), worker)
+    fp = fingerprint(args.device, budget_bytes=args.budget_bytes, host_budget_bytes=args.host_budget_bytes,
+                     spill_dir=args.spill_dir, max_message_bytes=args.max_message_bytes)
+    server = _Server(check_socket_path(args.socket), worker, fingerprint=fp, owners=args.owner, idle_timeout=idle,
+                     max_message_bytes=fp["max_message_bytes"])
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
-    print(f"insitu worker daemon pid {os.getpid()} device {args.device} listening on {server.path}", flush=True)
+    print(f"insitu worker daemon pid {os.getpid()} device {args.device} listening on {server.path}; owners "
+          f"{server.owners()}, idle_timeout {idle:g} s", flush=True)
     if args.ready_fd is not None:
         os.write(args.ready_fd, f"READY {os.getpid()}\n".encode())
         os.close(args.ready_fd)
@@ -269,26 +457,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # --------------------------------------------------------------------------- starting
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process `pid` runs on this node: whether any of its threads does. A zombie
-    no one reaped yet has exited and closed its sockets: not alive. The main thread alone
-    is not enough: killed, it can turn zombie while other threads still hold the
-    process's files (a client then reaches a socket that dies under it)."""
-    try:
-        tasks = os.listdir(f"/proc/{int(pid)}/task")
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    for tid in tasks:
-        try:
-            with open(f"/proc/{int(pid)}/task/{tid}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            continue  # gone meanwhile
-        if state not in (b"Z", b"X"):
-            return True
-    return False
 
 
 @dataclasses.dataclass
@@ -304,7 +472,8 @@ class DaemonHandle:
 
     def client(self, *, timeout: float = DEFAULT_TIMEOUT) -> DaemonWorker:
         """A new :class:`DaemonWorker` (its own connection) to this daemon."""
-        return DaemonWorker(self.socket_path, timeout=timeout, pid=self.pid)
+        return DaemonWorker(self.socket_path, timeout=timeout, pid=self.pid,
+                            max_message_bytes=self.options.get("max_message_bytes"))
 
     def alive(self) -> bool:
         """Whether the daemon's process still exists."""
@@ -417,6 +586,7 @@ def _pythonpath() -> str:
 
 def start_daemon(device: int | None = None, socket_path: str | None = None, *, budget_bytes: int | None = None,
                  host_budget_bytes: int | None = None, spill_dir: str | None = None,
+                 idle_timeout: float | None = None, owners: Iterable[int] = (), max_message_bytes: int | None = None,
                  timeout: float = START_TIMEOUT, python: str | None = None) -> DaemonHandle:
     """Start a worker daemon and wait until it listens.
 
@@ -429,6 +599,16 @@ def start_daemon(device: int | None = None, socket_path: str | None = None, *, b
         died) is replaced; a live daemon there is an error.
     budget_bytes, host_budget_bytes, spill_dir
         The daemon's block cache (see :class:`insitu.pool.cache.BlockCache`).
+    idle_timeout : float, optional
+        Seconds the daemon waits, once no owner lives and no connection is open, for a
+        request before it exits (see the module docstring); default
+        ``$INSITU_DAEMON_IDLE_TIMEOUT`` or :data:`DEFAULT_IDLE_TIMEOUT`; ``math.inf``:
+        never.
+    owners : iterable of int
+        Pids of processes of this node that keep the daemon, besides this process.
+    max_message_bytes : int, optional
+        Most bytes of one request the daemon reads (default
+        :func:`insitu.pool.handoff.max_message_bytes`).
     timeout : float
         Seconds to wait for it to listen.
     python : str, optional
@@ -446,12 +626,18 @@ def start_daemon(device: int | None = None, socket_path: str | None = None, *, b
     """
     path = default_socket_path(device) if socket_path is None else check_socket_path(socket_path)
     spill_dir = os.path.abspath(spill_dir) if spill_dir is not None else None
-    options = {"budget_bytes": budget_bytes, "host_budget_bytes": host_budget_bytes, "spill_dir": spill_dir}
-    cmd = [python or sys.executable, "-m", "insitu.pool.daemon", "--socket", path]
+    idle = idle_timeout_default() if idle_timeout is None else _check_idle_timeout(idle_timeout)
+    owners = tuple(dict.fromkeys(int(p) for p in owners))
+    options = {"budget_bytes": budget_bytes, "host_budget_bytes": host_budget_bytes, "spill_dir": spill_dir,
+               "idle_timeout": idle_timeout, "owners": owners, "max_message_bytes": max_message_bytes}
+    cmd = [python or sys.executable, "-m", "insitu.pool.daemon", "--socket", path, "--idle-timeout", repr(idle)]
     for flag, v in (("--device", device), ("--budget-bytes", budget_bytes),
-                    ("--host-budget-bytes", host_budget_bytes), ("--spill-dir", spill_dir)):
+                    ("--host-budget-bytes", host_budget_bytes), ("--spill-dir", spill_dir),
+                    ("--max-message-bytes", max_message_bytes)):
         if v is not None:
             cmd += [flag, str(v)]
+    for pid in dict.fromkeys((os.getpid(), *owners)):
+        cmd += ["--owner", str(pid)]
     live = _listening(path) if os.path.lexists(path) else None
     if live is not None:  # checked here too, so that its log is left alone
         raise DaemonStartError(f"a worker daemon (pid {live}) already listens on {path}")
@@ -506,10 +692,12 @@ def _read_ready(fd: int, timeout: float) -> bytes:
 
 def ensure_daemon(device: int | None = None, *, directory: str | None = None, timeout: float = START_TIMEOUT,
                   by_bus_id: bool = True, **options: Any) -> DaemonHandle:
-    """The node's daemon for `device`: connect to it, or start it if none runs.
+    """The node's daemon for `device`: connect to it, or start it if none runs, or replace
+    it if it runs other code or has other options.
 
     Safe when many processes call it at once: a file lock next to the socket lets one
-    start the daemon while the others wait for it.
+    start the daemon while the others wait for it. The calling process (and ``owners``)
+    become owners of the daemon found (see the module docstring).
 
     Parameters
     ----------
@@ -522,18 +710,30 @@ def ensure_daemon(device: int | None = None, *, directory: str | None = None, ti
     by_bus_id : bool
         Name a GPU's socket by its PCI bus id (see :func:`default_socket_path`).
     **options
-        ``budget_bytes``, ``host_budget_bytes``, ``spill_dir`` for a daemon started here
-        (a running daemon keeps its own).
+        Those of :func:`start_daemon`: ``budget_bytes``, ``host_budget_bytes``,
+        ``spill_dir``, ``max_message_bytes`` (part of the :func:`fingerprint`: a
+        running daemon with other values, or other code, is stopped and replaced, with
+        a ``RuntimeWarning``, if no client is connected to it), ``idle_timeout`` (for a
+        daemon started here) and ``owners``.
 
     Raises
     ------
     WorkerTimeoutError
         A daemon holds the socket but does not answer.
+    DaemonOwnerError
+        The process on the socket belongs to another user (it is neither used nor stopped).
     DaemonStartError
-        Starting one failed.
+        Starting one failed; or the daemon to replace has clients connected (it serves
+        another job), or did not stop.
     """
+    unknown = sorted(set(options) - {*_FINGERPRINT_OPTIONS, "idle_timeout", "owners"})
+    if unknown:
+        raise TypeError(f"ensure_daemon: unknown options {unknown}; expected {sorted(_FINGERPRINT_OPTIONS)}, "
+                        "idle_timeout or owners")
     path = default_socket_path(device, directory=directory, by_bus_id=by_bus_id)
-    h = _probe(path, device)
+    want = fingerprint(device, **{k: options.get(k) for k in _FINGERPRINT_OPTIONS})
+    owners = (os.getpid(), *(int(p) for p in options.get("owners", ())))
+    h, differs = _probe(path, device, want, owners, options)
     if h is not None:
         return h
     deadline = time.monotonic() + timeout
@@ -548,23 +748,64 @@ def ensure_daemon(device: int | None = None, *, directory: str | None = None, ti
                                            f"{path} (lock {path}.lock)") from None
                 time.sleep(0.02)
         try:
-            h = _probe(path, device)
+            h, differs = _probe(path, device, want, owners, options)
             if h is None:
+                if differs is not None:
+                    _replace(path, device, differs, timeout=max(deadline - time.monotonic(), 10.0))
                 h = start_daemon(device, path, timeout=max(deadline - time.monotonic(), 1.0), **options)
             return h
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _probe(path: str, device: int | None) -> DaemonHandle | None:
-    """A handle on the daemon answering at `path`; None if none listens there."""
+def _probe(path: str, device: int | None, want: dict, owners: tuple,
+           options: dict) -> tuple[DaemonHandle | None, dict | None]:
+    """``(handle, None)`` on the daemon answering at `path` if its fingerprint is `want`
+    (`owners` then own it too); ``(None, {pid, diff, connections, owners})`` if it
+    differs; ``(None, None)`` if none listens there."""
     if not os.path.lexists(path):
-        return None
+        return None, None
+    w = DaemonWorker(path, timeout=10.0)
     try:
-        pid = DaemonWorker(path, timeout=10.0).ping()
+        info = w.hello(want, owners)
     except WorkerDiedError:
-        return None
-    return DaemonHandle(pid, path, device, path + ".log")
+        return None, None
+    except (WorkerTimeoutError, DaemonOwnerError):
+        raise
+    except Exception as e:  # noqa: BLE001 - a daemon that does not know the handshake: older code
+        return None, {"pid": w.pid, "diff": f"it does not know the handshake ({type(e).__name__}: {e}): older code",
+                      "connections": 0, "owners": []}
+    finally:
+        w.close()
+    have = info.get("fingerprint") or {}
+    if have == want:
+        return DaemonHandle(info["pid"], path, device, path + ".log", dict(options)), None
+    diff = "; ".join(f"{k}: {have.get(k)!r} there, {want.get(k)!r} here" for k in sorted({*have, *want})
+                     if have.get(k) != want.get(k))
+    # Less the handshake's own connection.
+    return None, {"pid": info["pid"], "diff": diff, "connections": info.get("connections", 1) - 1,
+                  "owners": info.get("owners", [])}
+
+
+def _replace(path: str, device: int | None, differs: dict, *, timeout: float) -> None:
+    """Stop the daemon at `path` (this user's: the handshake checked) that differs from
+    what is wanted, unless clients are connected to it."""
+    pid, diff = differs["pid"], differs["diff"]
+    if differs["connections"] > 0:
+        # Stopping it would break a running job, whose next ensure_daemon would stop ours.
+        raise DaemonStartError(
+            f"the worker daemon (pid {pid}) at {path} was started from other code or with other options ({diff}) "
+            f"and is in use ({differs['connections']} connections; owners {differs['owners']}): stop that job or "
+            "its daemon, or give this one another directory (directory=, INSITU_DAEMON_DIR)")
+    warnings.warn(f"ensure_daemon: the worker daemon (pid {pid}) at {path} was started from other code or with "
+                  f"other options ({diff}); stopping it and starting a new one (its cached blocks are lost)",
+                  RuntimeWarning, stacklevel=3)
+    if pid is None:
+        return
+    h = DaemonHandle(pid, path, device)
+    h.stop(timeout=min(timeout, 30.0))
+    if h.alive():
+        raise DaemonStartError(f"the worker daemon (pid {pid}) at {path}, to be replaced ({diff}), did not stop")
 
 
 if __name__ == "__main__":

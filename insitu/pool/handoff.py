@@ -20,6 +20,11 @@ back into arrays by ``Unpickler.persistent_load``:
 ``("empty", shape, dtype, pci_bus_id)``
     A device array of no elements (it may have no allocation to export).
 
+Limits: a message holds at most :data:`MAX_BUFFERS` out-of-band buffers and
+:func:`max_message_bytes` bytes in all; :func:`recv_frames` checks the header against
+them before it allocates anything, and allocates large frames untouched (their memory
+is committed only as the bytes arrive), so a forged header costs nothing.
+
 What comes back: results travel like requests, but a host array goes by value unless
 it is a view of a segment the client sent with this request (then it comes back as a
 view of the client's own memory, as from an in-process worker); a device array in
@@ -47,6 +52,7 @@ import ctypes
 import functools
 import importlib
 import io
+import os
 import pickle
 import socket
 import struct
@@ -58,16 +64,61 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from insitu import arrays
+from insitu.errors import InsituError
 
 from . import shared
 
-__all__ = ["ClientExchange", "DaemonExchange", "dumps", "loads", "own", "pickler_name", "recv_frames",
-           "send_frames"]
+__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "MAX_BUFFERS", "ClientExchange", "DaemonExchange", "MessageTooLargeError",
+           "check_size", "dumps", "loads", "max_message_bytes", "own", "pickler_name", "recv_frames", "send_frames"]
 
 # --------------------------------------------------------------------------- framing
 
 _HEADER = struct.Struct("!QI")  # pickle length, number of out-of-band buffers
 _LEN = struct.Struct("!Q")
+
+#: Most out-of-band buffers (arrays sent by value) one message may carry.
+MAX_BUFFERS = 1 << 16
+#: Default of :func:`max_message_bytes`: 16 GiB.
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 34
+# Frames from this size on are allocated without being touched (np.empty): their pages
+# cost memory only as the data arrives, so a header that lies about its size costs nothing.
+_LAZY = 1 << 20
+
+
+class MessageTooLargeError(InsituError, ValueError):
+    """A message (its header) exceeds the limits of the wire protocol; nothing of it was read."""
+
+
+def max_message_bytes() -> int:
+    """Most bytes one message may hold (pickle and buffers together):
+    ``$INSITU_MAX_MESSAGE_BYTES``, else :data:`DEFAULT_MAX_MESSAGE_BYTES`. Large host
+    arrays need not travel in messages: those made by
+    :func:`insitu.pool.shared.shared_empty` are handed over as a segment name."""
+    v = os.environ.get("INSITU_MAX_MESSAGE_BYTES")
+    if not v:
+        return DEFAULT_MAX_MESSAGE_BYTES
+    try:
+        n = int(v)
+    except ValueError:
+        raise ValueError(f"INSITU_MAX_MESSAGE_BYTES must be a number of bytes, got {v!r}") from None
+    if n <= 0:
+        raise ValueError(f"INSITU_MAX_MESSAGE_BYTES must be > 0, got {n}")
+    return n
+
+
+def check_size(frames: list, max_bytes: int | None = None) -> int:
+    """The bytes `frames` take on the wire; MessageTooLargeError beyond the limits."""
+    limit = max_message_bytes() if max_bytes is None else int(max_bytes)
+    nbuf = len(frames) - 1
+    if nbuf > MAX_BUFFERS:
+        raise MessageTooLargeError(f"a message of {nbuf} out-of-band buffers (arrays sent by value) exceeds the "
+                                   f"limit of {MAX_BUFFERS}: send fewer arrays per package")
+    total = sum(memoryview(f).nbytes for f in frames)
+    if total > limit:
+        raise MessageTooLargeError(f"a message of {total} B exceeds the limit of {limit} B (max_message_bytes, "
+                                   "INSITU_MAX_MESSAGE_BYTES): put large host arrays in shared memory "
+                                   "(insitu.pool.shared_empty) or raise the limit")
+    return total
 
 
 def send_frames(sock: socket.socket, frames: list) -> None:
@@ -93,17 +144,42 @@ def _recv_into(sock: socket.socket, buf) -> None:
         got += n
 
 
-def recv_frames(sock: socket.socket) -> list:
-    """Receive one message: ``[pickle, *buffers]`` (raises EOFError on a closed connection)."""
+def _buffer(n: int):
+    return bytearray(n) if n < _LAZY else memoryview(np.empty(n, np.uint8))
+
+
+def recv_frames(sock: socket.socket, *, max_bytes: int | None = None) -> list:
+    """Receive one message: ``[pickle, *buffers]`` (raises EOFError on a closed connection).
+
+    Raises
+    ------
+    MessageTooLargeError
+        The header announces more than :data:`MAX_BUFFERS` buffers or more than
+        `max_bytes` (default :func:`max_message_bytes`) in all; the rest of the message
+        is left unread (the connection cannot be used further).
+    """
+    limit = max_message_bytes() if max_bytes is None else int(max_bytes)
     head = bytearray(_HEADER.size)
     _recv_into(sock, head)
     size, nbuf = _HEADER.unpack(head)
+    if nbuf > MAX_BUFFERS:
+        raise MessageTooLargeError(f"a message header announces {nbuf} out-of-band buffers; the limit is "
+                                   f"{MAX_BUFFERS}")
+    if size > limit:
+        raise MessageTooLargeError(f"a message header announces a pickle of {size} B; the limit is {limit} B "
+                                   "(max_message_bytes, INSITU_MAX_MESSAGE_BYTES)")
     lens = bytearray(_LEN.size * nbuf)
     _recv_into(sock, lens)
-    frames = [bytearray(size)]
-    frames += [bytearray(n) for (n,) in _LEN.iter_unpack(lens)] if nbuf else []
-    for f in frames:
+    sizes = [n for (n,) in _LEN.iter_unpack(lens)] if nbuf else []
+    total = size + sum(sizes)
+    if total > limit:
+        raise MessageTooLargeError(f"a message header announces {total} B in all; the limit is {limit} B "
+                                   "(max_message_bytes, INSITU_MAX_MESSAGE_BYTES)")
+    frames = []
+    for n in (size, *sizes):  # each allocated only when its bytes are next on the wire
+        f = _buffer(n)
         _recv_into(sock, f)
+        frames.append(f)
     return frames
 
 

@@ -28,7 +28,11 @@ the cache directory:
 
 Both are written to a temporary file in the directory and renamed (``os.replace``),
 so another process sees either the whole entry or none; a binary that does not
-match its hash is ignored (compiled again). A process loads an entry with
+match its hash is ignored (compiled again). A binary is code that runs on the GPU
+with the user's rights, so only a directory owned by this user and writable by no
+one else is used (created with mode 0700), and only files in it that are owned by this
+user, writable by no one else and not symbolic links; anything else is ignored with a
+warning (the module is compiled again, and nothing is stored there). A process loads an entry with
 ``cupy.cuda.function.Module().load(binary)`` and ``Module.get_function(name)``, the
 calls CuPy's own cache uses; no compile happens. CuPy's own on-disk cache
 (``CUPY_CACHE_DIR``) cannot stand in here: it always recompiles a module with name
@@ -48,6 +52,7 @@ import io
 import json
 import os
 import re
+import stat
 import tempfile
 import threading
 import warnings
@@ -138,6 +143,15 @@ def atomic_write(path: str, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+def _untrusted(st: os.stat_result) -> str | None:
+    """Why a cache directory or file of status `st` must not be used; None if it may."""
+    if st.st_uid != os.getuid():
+        return f"it belongs to uid {st.st_uid}, not to this user ({os.getuid()})"
+    if st.st_mode & 0o022:
+        return f"others than its owner may write to it (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
 
 
 def _str_tuple(x: Any, what: str) -> tuple[str, ...]:
@@ -249,6 +263,7 @@ class KernelCache:
         self._loaded: dict[tuple[str, int], _Loaded] = {}
         self._platforms: dict[int, tuple[str, ...]] = {}
         self._stats = {"compiles": 0, "memory_hits": 0, "disk_hits": 0, "callables": 0}
+        self._warned: set[str] = set()
 
     def __repr__(self) -> str:
         return f"KernelCache({self.cache_dir!r}, stats={self.stats()})"
@@ -403,6 +418,35 @@ class KernelCache:
     def _meta_path(self, key: str) -> str:
         return os.path.join(self.cache_dir, f"{key}.json")
 
+    def _distrust(self, path: str, why: str) -> None:
+        if path not in self._warned:  # once per path and cache: every kernel would repeat it
+            self._warned.add(path)
+            warnings.warn(f"kernel cache: ignoring {path}: {why}; CUDA modules are compiled again instead of "
+                          "loaded from there. Use a directory of your own, writable only by you "
+                          "(INSITU_KERNEL_CACHE)", RuntimeWarning, stacklevel=4)
+
+    def _dir_trusted(self) -> bool:
+        """Whether the cache directory may be used (a missing one may: it is made 0700)."""
+        try:
+            st = os.stat(self.cache_dir)
+        except FileNotFoundError:
+            return True
+        why = _untrusted(st) if stat.S_ISDIR(st.st_mode) else "it is not a directory"
+        if why is not None:
+            self._distrust(self.cache_dir, why)
+        return why is None
+
+    def _read(self, path: str) -> bytes | None:
+        """The bytes of a cache file, if it is a regular file that may be trusted."""
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # checked and read: the same file
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            why = _untrusted(st) if stat.S_ISREG(st.st_mode) else "it is not a regular file"
+            if why is not None:
+                self._distrust(path, why)
+                return None
+            return f.read()
+
     def _store(self, key: str, binary: bytes, mapping: Mapping[str, str], *, platform: Sequence[str],
                options: Sequence[str] = (), name_expressions: Sequence[str] = (),
                kernels: Sequence[str] = ()) -> bool:
@@ -415,7 +459,9 @@ class KernelCache:
                 "mapping": dict(mapping), "platform": [str(p) for p in platform], "options": list(options),
                 "name_expressions": list(name_expressions), "kernels": list(kernels)}
         try:
-            os.makedirs(self.cache_dir, exist_ok=True)
+            os.makedirs(self.cache_dir, mode=0o700, exist_ok=True)
+            if not self._dir_trusted():
+                return False
             atomic_write(os.path.join(self.cache_dir, bin_name), binary)
             atomic_write(self._meta_path(key), json.dumps(meta, indent=1).encode())
         except OSError as exc:
@@ -428,14 +474,17 @@ class KernelCache:
         """``(binary, mapping)`` of a valid entry, else None (missing, partial,
         corrupt, or made for another platform)."""
         try:
-            with open(self._meta_path(key), "rb") as f:
-                meta = json.loads(f.read())
+            if not self._dir_trusted():
+                return None
+            raw = self._read(self._meta_path(key))
+            if raw is None:
+                return None
+            meta = json.loads(raw)
             if (meta.get("version") != _ENTRY_VERSION or meta.get("platform") != [str(p) for p in platform]
                     or os.path.basename(meta["binary"]) != meta["binary"]):
                 return None
-            with open(os.path.join(self.cache_dir, meta["binary"]), "rb") as f:
-                binary = f.read()
-            if hashlib.sha256(binary).hexdigest() != meta["sha256"]:
+            binary = self._read(os.path.join(self.cache_dir, meta["binary"]))
+            if binary is None or hashlib.sha256(binary).hexdigest() != meta["sha256"]:
                 return None
             mapping = meta.get("mapping") or {}
             if not isinstance(mapping, dict):
