@@ -1,10 +1,17 @@
-"""``python -m insitu.stream.relay NAME``: the steering relay a :class:`SteeringReader` starts."""
+"""The processes that hold ADIOS2 SST calls away from the simulation (ADIOS2's Python calls
+hold the GIL while SST waits):
+
+- ``python -m insitu.stream.relay steer NAME``: the steering relay a :class:`SteeringReader`
+  starts (:func:`insitu.stream.steering.relay`);
+- ``python -m insitu.stream.relay frames NAME PARAMS``: the SST writer a
+  :class:`FrameWriter` starts (:func:`insitu.stream.frames.serve`; PARAMS: JSON engine
+  parameters).
+"""
 
 import ctypes
+import json
 import signal
 import sys
-
-from .steering import relay
 
 if __name__ == "__main__":
     try:  # go when the simulation goes, even when it is killed (Linux)
@@ -12,6 +19,13 @@ if __name__ == "__main__":
     except (OSError, AttributeError):
         pass
     try:
-        relay(sys.argv[1])
+        if sys.argv[1] == "frames":
+            from .frames import serve
+
+            serve(sys.argv[2], json.loads(sys.argv[3]))
+        else:
+            from .steering import relay
+
+            relay(sys.argv[2])
     except (KeyboardInterrupt, BrokenPipeError):
         pass

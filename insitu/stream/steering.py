@@ -6,10 +6,13 @@ The viewer writes (:class:`SteeringWriter`), the simulation's root rank polls
 
 The simulation never waits for it: a relay process opens the stream once the viewer's
 contact file (``<name>.sst``) exists and passes what arrives through a pipe; ``poll``
-only reads what is already in the pipe. The viewer does not wait for the simulation either (no rendezvous; a
-small queue, oldest updates dropped), so an update sent before the simulation connects
-can be lost: a viewer sends its whole state with every update, which the simulation
-merges, so the newest one is all that matters.
+only reads what is already in the pipe. SST has no authentication, so the relay opens
+only a contact file of this user's that nobody else can rewrite (``_sst.read_contact``);
+another one is refused and reported in :attr:`SteeringReader.problems`. The viewer does
+not wait for the simulation either (no rendezvous; a small queue, oldest updates
+dropped), so an update sent before the simulation connects can be lost: a viewer sends
+its whole state with every update, which the simulation merges, so the newest one is all
+that matters.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ._sst import ContactFileError, open_contact, sst_parameters
 from .frames import _Stream
 
 __all__ = ["SteeringReader", "SteeringWriter", "relay", "steering_name"]
@@ -33,17 +37,31 @@ def steering_name(frames: str) -> str:
 
 
 class SteeringWriter(_Stream):
-    """The viewer's end: sends updates (JSON objects)."""
+    """The viewer's end: sends updates (JSON objects).
 
-    def __init__(self, name: str) -> None:
+    Parameters
+    ----------
+    name : str
+        The steering stream (``steering_name(frames)``).
+    interface : str, optional
+        The network interface written into the contact file (see :func:`sst_parameters`).
+    """
+
+    def __init__(self, name: str, *, interface: str | None = None) -> None:
         import adios2
 
         self.name = name
         self._adios = adios2.Adios()
         io = self._adios.declare_io(f"insitu-steer-writer:{name}")
         io.set_engine("SST")
-        io.set_parameters(_WRITER)
+        io.set_parameters({**_WRITER, **sst_parameters(interface)})
         self._stream = adios2.Stream(io, name, "w")
+        try:  # readers refuse a contact file others may write (a umask of 002 makes one)
+            st = os.stat(name + ".sst")
+            if st.st_uid == os.geteuid() and st.st_mode & 0o022:
+                os.chmod(name + ".sst", st.st_mode & 0o755)
+        except OSError:
+            pass
         self.sent = 0
 
     def send(self, update: Mapping[str, Any]) -> None:
@@ -73,6 +91,8 @@ class SteeringReader:
     def __init__(self, name: str) -> None:
         self.name = name
         self.received = 0
+        #: What the relay refused or could not do, newest last (a contact file of another user...).
+        self.problems: list[str] = []
         #: Relays started again after one died (ADIOS2's SST reader can crash on a viewer's exit).
         self.restarts = 0
         self._buf = b""
@@ -86,7 +106,7 @@ class SteeringReader:
 
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # the relay imports insitu as we do
-        self._proc = subprocess.Popen([sys.executable, "-m", "insitu.stream.relay", self.name],
+        self._proc = subprocess.Popen([sys.executable, "-m", "insitu.stream.relay", "steer", self.name],
                                       stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env,
                                       start_new_session=True)
         os.set_blocking(self._proc.stdout.fileno(), False)
@@ -98,8 +118,9 @@ class SteeringReader:
         return self._proc.poll() is None
 
     def poll(self) -> list[dict]:
-        """Updates received since the last poll, oldest first (malformed ones skipped). A
-        relay that died is started again (at most once a second)."""
+        """Updates received since the last poll, oldest first (malformed ones skipped; the
+        relay's reports go to :attr:`problems`). A relay that died is started again (at most
+        once a second)."""
         import time
 
         if not self.alive and time.monotonic() - self._started > 1.0:
@@ -127,6 +148,9 @@ class SteeringReader:
             if isinstance(update, dict):
                 out.append(update)
                 self.received += 1
+            elif isinstance(update, list) and update[:1] == ["problem"] and len(update) == 2:
+                self.problems.append(str(update[1]))
+                del self.problems[:-100]
         return out
 
     def close(self) -> None:
@@ -140,31 +164,40 @@ class SteeringReader:
         self._proc.stdout.close()
 
 
-def relay(name: str, *, out=None) -> None:
+def relay(name: str, *, out=None, interface: str | None = None) -> None:
     """Forward the updates of steering stream `name` to `out` (stdout) as JSON lines,
-    viewer after viewer, until killed."""
+    viewer after viewer, until killed. A contact file that another user could have written
+    is not opened: ``["problem", "refusing SST contact file ..."]`` goes out instead (and
+    to stderr), once per version of the file."""
     import sys
     import time
 
     import adios2
 
     out = out or sys.stdout
+    params = {"OpenTimeoutSecs": "10", **sst_parameters(interface)}
     tried = None
     while True:
         try:
-            mtime = os.stat(name + ".sst").st_mtime_ns
+            st = os.lstat(name + ".sst")
+            version = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)  # ctime: a chmod/chown makes a new version
         except OSError:
-            mtime = None
-        if mtime is None or mtime == tried:
+            version = None
+        if version is None or version == tried:
             time.sleep(0.05)
             continue
-        tried = mtime
+        tried = version
         ad = adios2.Adios()
-        io = ad.declare_io(f"insitu-steer-relay:{mtime}")
+        io = ad.declare_io(f"insitu-steer-relay:{version}")
         io.set_engine("SST")
-        io.set_parameters({"OpenTimeoutSecs": "10"})
+        io.set_parameters(params)
         try:
-            stream = adios2.Stream(io, name, "r")
+            stream = open_contact(name, lambda copy: adios2.Stream(io, copy, "r"))
+        except ContactFileError as e:
+            print(f"insitu steering: {e}", file=sys.stderr, flush=True)
+            out.write(json.dumps(["problem", str(e)]) + "\n")
+            out.flush()
+            continue
         except Exception:  # a stale contact file: that viewer is gone
             continue
         status = adios2.bindings.StepStatus

@@ -1,0 +1,340 @@
+"""Fault injection for the SST streams (issue 19, items 3 and 9): contact files another user
+could have written are refused, a reader that connects and never reads holds a lossless
+writer and its ``close`` at most ``deadline`` seconds. Loopback only; every process a test
+starts is ended by pid."""
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+from insitu.stream import (ContactFileError, FrameReader, SteeringReader, SteeringWriter, sst_parameters,
+                           steering_name)
+
+ENV = {**os.environ, "PYTHONPATH": ROOT}
+DEADLINE = 2.0
+#: Scheduling slack on a loaded 2-core machine (the failure mode being fixed is "forever").
+MARGIN = 20.0
+
+
+def spawn(code: str, *args, user: list[str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen([*(user or []), sys.executable, "-c", code, *map(str, args)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, cwd=ROOT)
+
+
+def stop(*procs: subprocess.Popen) -> None:
+    for p in procs:
+        if p is not None and p.poll() is None:
+            os.kill(p.pid, signal.SIGKILL)
+        if p is not None:
+            p.wait(timeout=30)
+
+
+def line_with(p: subprocess.Popen, text: str, timeout: float = 60.0) -> str:
+    """The first line of `p`'s output holding `text` (other lines are skipped)."""
+    import selectors
+
+    end = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        sel.register(p.stdout, selectors.EVENT_READ)
+        while time.monotonic() < end:
+            if sel.select(timeout=min(1.0, end - time.monotonic())):
+                line = p.stdout.readline()
+                if not line:
+                    break
+                if text in line:
+                    return line
+    raise AssertionError(f"no line with {text!r} within {timeout} s (exit code {p.poll()})")
+
+
+@contextlib.contextmanager
+def folder(mode: int):
+    """A fresh directory under /tmp with `mode` (reachable by other users, unlike tmp_path)."""
+    d = tempfile.mkdtemp(prefix="insitu-faults-", dir="/tmp")
+    os.chmod(d, mode)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def other_user() -> list[str] | None:
+    """A command prefix running a program as user nobody, or None."""
+    if os.geteuid() != 0:
+        return None
+    if shutil.which("setpriv"):
+        return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    if shutil.which("runuser"):
+        return ["runuser", "-u", "nobody", "--"]
+    return None
+
+
+STEER = """
+import sys, time
+from insitu.stream import SteeringWriter
+w = SteeringWriter(sys.argv[1])
+print("writing", flush=True)
+for i in range(int(sys.argv[2])):  # a viewer's heartbeat: the whole state, again and again
+    w.send({"stop": True, "camera": {"azimuth": 30.0}})
+    time.sleep(0.05)
+w.close()
+"""
+
+
+def poll_for(r: SteeringReader, seconds: float, until=None) -> list[dict]:
+    got, end = [], time.monotonic() + seconds
+    while time.monotonic() < end and not (until and until(got)):
+        got += r.poll()
+        time.sleep(0.02)
+    return got
+
+
+def test_a_steering_stream_written_by_another_user_is_refused():
+    user = other_user()
+    if user is None and os.geteuid() != 0:
+        pytest.skip("needs root to have another user (nobody) write the contact file: setpriv/runuser or chown")
+    with folder(0o1777) as d:  # like /tmp: anyone may create files, nobody may replace another's
+        name = os.path.join(d, "frames.steer")
+        r = SteeringReader(name)
+        hostile = mine = None
+        try:
+            if user is not None:
+                hostile = spawn(STEER, name, 80, user=user)
+                line_with(hostile, "writing")
+            else:  # no setpriv/runuser: the file is handed to nobody by root
+                hostile = spawn(STEER, name, 80)
+                line_with(hostile, "writing")
+                os.chown(name + ".sst", 65534, 65534)
+            got = poll_for(r, 30, until=lambda _: r.problems)
+            got += poll_for(r, 1.0)
+            assert got == [], "the simulation took steering from another user's stream"
+            assert r.problems and f"{name}.sst" in r.problems[0] and "owned by uid 65534" in r.problems[0], r.problems
+            assert hostile.wait(timeout=60) == 0
+            # the user's own viewer in the same directory still steers
+            mine = spawn(STEER, name, 400)
+            got = poll_for(r, 60, until=bool)
+            assert got and got[0] == {"stop": True, "camera": {"azimuth": 30.0}}
+        finally:
+            r.close()
+            stop(hostile, mine)
+
+
+def test_a_steering_stream_in_a_world_writable_directory_without_sticky_bit_is_refused():
+    with folder(0o777) as d:  # anyone may replace any file here
+        name = os.path.join(d, "frames.steer")
+        r = SteeringReader(name)
+        w = None
+        try:
+            w = spawn(STEER, name, 80)
+            got = poll_for(r, 30, until=lambda _: r.problems)
+            got += poll_for(r, 1.0)
+            assert got == []
+            assert r.problems and "world-writable without the sticky bit" in r.problems[0], r.problems
+            assert f"{name}.sst" in r.problems[0]
+        finally:
+            r.close()
+            stop(w)
+
+
+def test_a_frame_reader_refuses_contact_files_others_could_have_written(tmp_path):
+    def plant(path, *, owner=None, mode=0o644, target=None):
+        if target is not None:
+            os.symlink(target, path + ".sst")
+            return
+        with open(path + ".sst", "w") as f:
+            f.write("#ADIOS2-SST v0\n0x1:AAAA\n")
+        os.chmod(path + ".sst", mode)
+        if owner is not None:
+            os.chown(path + ".sst", owner, owner)
+
+    plant(str(tmp_path / "shared"), mode=0o666)
+    with pytest.raises(ContactFileError, match=r"shared\.sst: writable by others \(mode 666"):
+        FrameReader(str(tmp_path / "shared"), "SST", timeout=5)
+    plant(str(tmp_path / "linked"), target=str(tmp_path / "shared.sst"))
+    with pytest.raises(ContactFileError, match=r"linked\.sst: a symbolic link"):
+        FrameReader(str(tmp_path / "linked"), "SST", timeout=5)
+    with folder(0o777) as d:
+        plant(os.path.join(d, "open"))
+        with pytest.raises(ContactFileError, match="world-writable without the sticky bit"):
+            FrameReader(os.path.join(d, "open"), "SST", timeout=5)
+    if os.geteuid() == 0:  # only root can give a file away
+        plant(str(tmp_path / "planted"), owner=65534)
+        with pytest.raises(ContactFileError, match=r"planted\.sst: owned by uid 65534"):
+            FrameReader(str(tmp_path / "planted"), "SST", timeout=5)
+
+
+def test_sst_advertises_the_loopback_interface_unless_told_otherwise(monkeypatch):
+    monkeypatch.delenv("INSITU_SST_INTERFACE", raising=False)
+    names = [n for _, n in __import__("socket").if_nameindex()]
+    assert sst_parameters() == ({"NetworkInterface": "lo"} if "lo" in names else {})
+    assert sst_parameters("") == {}
+    monkeypatch.setenv("INSITU_SST_INTERFACE", "")
+    assert sst_parameters() == {}
+    monkeypatch.setenv("INSITU_SST_INTERFACE", names[0])
+    assert sst_parameters() == {"NetworkInterface": names[0]}
+    with pytest.raises(ValueError, match="'no-such-if0'.*no such interface"):
+        sst_parameters("no-such-if0")
+
+
+IDLE_READER = """
+import sys, time, adios2
+ad = adios2.Adios()
+io = ad.declare_io("idle")
+io.set_engine("SST")
+io.set_parameters({"OpenTimeoutSecs": "60"})
+s = adios2.Stream(io, sys.argv[1], "r")
+print("reader connected", flush=True)
+time.sleep(600)  # connected, never reading
+"""
+
+WRITER = """
+import itertools, json, select, sys, time
+import numpy as np
+from insitu.stream import FrameWriter, ReaderTimeoutError
+name, lossless, count, deadline = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), float(sys.argv[4])
+w = FrameWriter(name, "SST", lossless=lossless, deadline=deadline)
+print("ready", flush=True)
+sys.stdin.readline()
+for i in range(count) if count > 0 else itertools.count():  # count 0: until a line comes, then close
+    if count <= 0 and select.select([sys.stdin], [], [], 0)[0]:
+        break
+    t0, error = time.monotonic(), None
+    try:
+        w.write(np.full((32, 32, 4), i % 256, np.uint8), step=i, time=0.1 * i, ranges={"T": (0.0, i)})
+    except ReaderTimeoutError as e:
+        error = str(e)
+    print(json.dumps({"frame": i, "seconds": time.monotonic() - t0, "error": error}), flush=True)
+    if error:
+        sys.stdin.readline()  # the test connects a good reader meanwhile
+    time.sleep(0.02)
+t0, error = time.monotonic(), None
+try:
+    w.close()
+except ReaderTimeoutError as e:
+    error = str(e)
+print(json.dumps({"close": time.monotonic() - t0, "error": error, "dropped": w.dropped}), flush=True)
+"""
+
+
+def records(p: subprocess.Popen, key: str, timeout: float) -> list[dict]:
+    """`p`'s JSON lines up to and with the first holding `key` and an error (or `key` "close")."""
+    out = []
+    while True:
+        rec = json.loads(line_with(p, "{", timeout))
+        out.append(rec)
+        if key in rec and (rec.get("error") or key == "close"):
+            return out
+
+
+def test_a_lossless_writer_drops_a_reader_that_never_reads_and_goes_on(tmp_path):
+    name, count = str(tmp_path / "frames"), 60
+    w = idle = None
+    try:
+        w = spawn(WRITER, name, 1, count, DEADLINE)
+        line_with(w, "ready")
+        idle = spawn(IDLE_READER, name)
+        line_with(idle, "reader connected")
+        w.stdin.write("go\n")
+        w.stdin.flush()
+        before = records(w, "frame", DEADLINE + MARGIN + 30)
+        stuck = before[-1]
+        # the writer gave up on the reader after its deadline, saying which stream and which reader
+        assert DEADLINE - 0.5 <= stuck["seconds"] < DEADLINE + MARGIN, stuck
+        assert name in stuck["error"] and "127.0.0.1:" in stuck["error"], stuck
+        assert f"uid {os.geteuid()}" in stuck["error"], stuck
+        assert all(r["seconds"] < DEADLINE + MARGIN for r in before)
+        # what it writes next reaches a reader that does read, in order and whole (lossless again)
+        with FrameReader(name, "SST", timeout=60) as good:
+            w.stdin.write("go\n")
+            w.stdin.flush()
+            steps = [f.step for f in good]
+        after = records(w, "close", MARGIN + 60)
+        assert w.wait(timeout=30) == 0
+        assert steps and steps[-1] == count - 1, steps
+        assert steps == list(range(steps[0], count)), steps
+        assert steps[0] > stuck["frame"]
+        assert after[-1]["error"] is None and after[-1]["close"] < DEADLINE + MARGIN
+    finally:
+        stop(w, idle)
+
+
+@pytest.mark.parametrize("lossless", [False, True], ids=["default", "lossless"])
+def test_close_with_a_reader_that_never_reads_returns_within_the_deadline(tmp_path, lossless):
+    name = str(tmp_path / "frames")
+    w = idle = None
+    try:
+        # lossless: fewer frames than the queue holds, so that only close waits. Default: frames
+        # until the reader is in, then close (SST takes a late reader in only at a writer's
+        # end_step, so the reader cannot connect before frames flow)
+        w = spawn(WRITER, name, int(lossless), 3 if lossless else 0, DEADLINE)
+        line_with(w, "ready")
+        idle = spawn(IDLE_READER, name)
+        if lossless:
+            line_with(idle, "reader connected")
+        w.stdin.write("go\n")
+        w.stdin.flush()
+        if not lossless:
+            line_with(idle, "reader connected")
+            time.sleep(0.5)  # a few frames the reader holds and never releases
+            w.stdin.write("close\n")
+            w.stdin.flush()
+        out = records(w, "close", 60 + DEADLINE + MARGIN)
+        assert all(r["error"] is None for r in out[:-1]), out
+        closed = out[-1]
+        assert DEADLINE - 0.5 <= closed["close"] < DEADLINE + MARGIN, closed
+        assert name in closed["error"] and "127.0.0.1:" in closed["error"], closed
+        assert w.wait(timeout=30) == 0
+        assert not os.path.exists(name + ".sst")  # no stale contact file left for viewers
+    finally:
+        stop(w, idle)
+
+
+def test_frames_still_flow_over_loopback(tmp_path):
+    # writer and reader with the default interface ("lo" where there is one) still connect
+    name = str(tmp_path / "frames")
+    w = None
+    try:
+        w = spawn(WRITER, name, 1, 5, 30)
+        line_with(w, "ready")
+        w.stdin.write("go\n")
+        w.stdin.flush()
+        with FrameReader(name, "SST", timeout=60) as r:
+            frames = list(r)
+        assert [f.step for f in frames] == [0, 1, 2, 3, 4]
+        np.testing.assert_array_equal(frames[3].image, np.full((32, 32, 4), 3, np.uint8))
+        assert frames[4].ranges == {"T": (0.0, 4.0)}
+        assert w.wait(timeout=60) == 0
+    finally:
+        stop(w)
+
+
+def test_a_steering_writer_with_a_umask_of_002_still_steers(tmp_path):
+    name = str(tmp_path / "frames.steer")
+    old = os.umask(0o002)
+    try:
+        w = SteeringWriter(name)
+    finally:
+        os.umask(old)
+    r = SteeringReader(name)
+    try:
+        assert os.stat(name + ".sst").st_mode & 0o022 == 0
+        end = time.monotonic() + 60
+        got = []
+        while not got and time.monotonic() < end:
+            w.send({"camera": {"azimuth": 10.0}})
+            got = r.poll()
+            time.sleep(0.05)
+        assert got and got[0] == {"camera": {"azimuth": 10.0}} and r.problems == []
+    finally:
+        r.close()
+        w.close()
+    assert steering_name(name[:-6]) == name
