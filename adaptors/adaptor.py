@@ -34,7 +34,7 @@ from insitu.launch import share_cpu_threads
 from insitu.profile import StageTimer
 
 from . import mesh as _mesh
-from .config import is_number, is_real, load
+from .config import SCHEMA, camera_problems, check_steering, is_number, load
 from .errors import MeshError, NotInitializedError
 from .extracts import write_hdf5
 from .pipelines import Context, Dataset, run_pipeline
@@ -43,8 +43,8 @@ from .triggers import evaluate
 
 __all__ = ["Adaptor", "STEERABLE", "about", "execute", "finalize", "initialize", "results", "steer"]
 
-#: Keys a steering update may hold.
-STEERABLE = ("camera", "iso_values", "colormap", "transfer_function", "params", "pause", "stop")
+#: Keys a steering update may hold (:data:`adaptors.config.SCHEMA` ``["steering"]`` checks their values).
+STEERABLE = tuple(SCHEMA["steering"])
 
 
 class Adaptor:
@@ -108,69 +108,40 @@ class Adaptor:
             ``colormap``: a colormap name for every plot; ``transfer_function``: opacity
             control points ``[[value, alpha], ...]`` for every volume plot; ``params``:
             ``{name: number}``; ``pause``: skip the in-situ work while true;
-            ``stop``: ask the simulation to stop (``results()["stop"]``).
-        """
-        from .config import SCHEMA
+            ``stop``: ask the simulation to stop (``results()["stop"]``). ``None`` for
+            camera, a camera key, iso_values, colormap or transfer_function: back to the
+            configuration's. Each value is checked by the configuration's schema
+            (:data:`adaptors.config.SCHEMA`, section ``steering``).
 
-        bad = [k for k in updates if k not in STEERABLE]
-        if bad:
-            raise ValueError(f"steer: unknown key(s) {', '.join(map(repr, bad))}; known: {', '.join(STEERABLE)}")
+        Raises
+        ------
+        ValueError
+            Naming each key at fault; the update then changes nothing.
+        """
         # Everything is checked before anything changes: a bad update changes nothing, and
         # a value that passed cannot break the next frames.
+        u = check_steering(updates, self.config)
         new = copy.deepcopy(self._steering)
-        problems: list[str] = []
-        if "camera" in updates:
-            cam = updates["camera"]
-            if not isinstance(cam, Mapping):
-                raise ValueError(f"steer: camera: expected a map, got {cam!r}")
-            for k, v in cam.items():
-                if k not in SCHEMA["camera"]:
-                    raise ValueError(f"steer: camera: unknown key {k!r}; known: {', '.join(SCHEMA['camera'])}")
-                if v is not None:
-                    SCHEMA["camera"][k].check(v, f"camera/{k}", problems)
-                new["camera"][k] = v
-            if cam.get("zoom") is not None and is_real(cam["zoom"]) and cam["zoom"] <= 0:
-                problems.append(f"camera/zoom: must be > 0, got {cam['zoom']}")
-        if "iso_values" in updates:
-            iso = updates["iso_values"]
-            contours = [p for p, fl in self.config["pipelines"].items()
-                        if any(f.get("type") == "contour" for f in fl.values())]
-            if isinstance(iso, Mapping):
-                unknown = [p for p in iso if p not in contours]
-                if unknown:
-                    raise ValueError(f"steer: iso_values: {unknown} are not pipelines with a contour; "
-                                     f"known: {', '.join(contours) or 'none'}")
-                items = dict(iso)
-            else:
-                items = {p: iso for p in contours}
-            for p, v in items.items():
-                vals = [v] if is_real(v) else list(v) if isinstance(v, (list, tuple)) else None
-                if not vals or not all(is_real(x) for x in vals):
-                    raise ValueError(f"steer: iso_values for {p!r}: expected finite numbers, got {v!r}")
-                new["iso_values"][p] = [float(x) for x in vals]
-        if "colormap" in updates:
-            from render.colormap import table
-
-            table(updates["colormap"])  # unknown names raise with the known ones
-            new["colormap"] = updates["colormap"]
-        if "params" in updates:
-            if not isinstance(updates["params"], Mapping):
-                raise ValueError(f"steer: params: expected a map of numbers, got {updates['params']!r}")
-            for k, v in updates["params"].items():
-                if not is_real(v):
-                    raise ValueError(f"steer: params/{k}: expected a finite number, got {v!r}")
-                new["params"][k] = float(v)
-        if "transfer_function" in updates:
-            SCHEMA["color_table"]["opacity"].check(updates["transfer_function"], "transfer_function", problems)
-            if not problems:
-                new["transfer_function"] = [list(map(float, p)) for p in updates["transfer_function"]]
-        for flag in ("pause", "stop"):
-            if flag in updates:
-                if not isinstance(updates[flag], bool):
-                    problems.append(f"{flag}: expected true or false, got {updates[flag]!r}")
-                new[flag] = bool(updates[flag])
-        if problems:
-            raise ValueError(f"steer: {'; '.join(problems)}")
+        if "camera" in u:
+            cam = {} if u["camera"] is None else {**new["camera"], **u["camera"]}
+            new["camera"] = {k: v for k, v in cam.items() if v is not None}
+            problems = [p for sname, s in self.config["scenes"].items() for rname, r in s["renders"].items()
+                        for p in camera_problems({**r["camera"], **new["camera"]},
+                                                 f"camera (with scenes/{sname}/renders/{rname}/camera)")]
+            if problems:
+                raise ValueError(f"steer: {'; '.join(problems)}")
+        if "iso_values" in u:
+            given = dict.fromkeys(new["iso_values"]) if u["iso_values"] is None else u["iso_values"]
+            for p, vals in given.items():
+                if vals is None:
+                    new["iso_values"].pop(p, None)
+                else:
+                    new["iso_values"][p] = vals
+        if "params" in u:
+            new["params"].update(u["params"])
+        for k in ("colormap", "transfer_function", "pause", "stop"):
+            if k in u:
+                new[k] = u[k]
         self._steering = new
 
     def _poll_steering(self) -> None:

@@ -31,23 +31,63 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from typing import Any, Mapping
+
+from render.colormap import NAMES as _COLORMAPS
 
 from .errors import ConfigError
 
-__all__ = ["Param", "SCHEMA", "describe", "is_number", "is_real", "load", "validate"]
+__all__ = ["MAX_ISO_VALUES", "Param", "SCHEMA", "camera_problems", "check_steering", "describe", "is_number", "is_real",
+           "load", "validate"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Param:
-    """One configuration key: its kind, default and meaning."""
+    """One configuration key: its kind, default, meaning and accepted range.
 
-    kind: str  # number, int, bool, str, numbers, point, points, name, names, enum:a|b, map, opacity
+    ``lo``/``hi`` bound a number (each element of a list of numbers); ``lo_open``/``hi_open``
+    exclude the bound itself; ``size`` is the (fewest, most) items of a list; ``unit`` is
+    named in the documentation and in error messages.
+    """
+
+    kind: str  # number, int, bool, str, numbers, point, direction, points, name, names, enum:a|b, map, opacity
     doc: str
     default: Any = None
     required: bool = False
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    size: tuple[int, int] | None = None
+    unit: str = ""
+
+    def accepts(self) -> str:
+        """The range in words ("in (0, 180) degrees", "1..16384 pixels", "at most 256 items"), or ""."""
+        lo, hi, unit = self.lo, self.hi, f" {self.unit}" if self.unit else ""
+        if lo is not None and hi is not None:
+            if self.kind == "int" and not (self.lo_open or self.hi_open):
+                text = f"{lo}..{hi}{unit}"
+            else:
+                text = f"in {'(' if self.lo_open else '['}{lo:g}, {hi:g}{')' if self.hi_open else ']'}{unit}"
+        elif lo is not None:
+            text = f"{'>' if self.lo_open else '>='} {lo:g}{unit}"
+        elif hi is not None:
+            text = f"{'<' if self.hi_open else '<='} {hi:g}{unit}"
+        else:
+            text = ""
+        if self.size is not None:
+            items = f"{self.size[0]}..{self.size[1]} items" if self.size[0] > 1 else f"at most {self.size[1]} items"
+            text = f"{text}, {items}" if text else items
+        return text
+
+    def _in_range(self, v) -> bool:
+        if self.lo is not None and (v < self.lo or (self.lo_open and v == self.lo)):
+            return False
+        return not (self.hi is not None and (v > self.hi or (self.hi_open and v == self.hi)))
 
     def check(self, value, path: str, problems: list[str]):
+        """Check `value` at `path`; append each problem to `problems`; return it normalized."""
         k = self.kind
         if k == "engine":  # a name, or {type, params} with the type's params
             typed = {"type": value} if isinstance(value, str) else value
@@ -58,14 +98,16 @@ class Param:
             return value
         if k.startswith("enum:"):
             choices = k[5:].split("|")
-            if value not in choices:
-                problems.append(f"{path}: expected one of {', '.join(choices)}, got {value!r}")
+            if not isinstance(value, str) or value not in choices:
+                problems.append(f"{path}: expected one of {', '.join(choices)}, got {_short(value)}")
             return value
         if k in ("number", "int"):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or (k == "int" and not isinstance(value, int)):
                 problems.append(f"{path}: expected {'an integer' if k == 'int' else 'a number'}, got {_what(value)}")
-            elif value != value or value in (float("inf"), float("-inf")):
-                problems.append(f"{path}: expected a finite number, got {value!r}")
+            elif not is_real(value):
+                problems.append(f"{path}: expected a finite number, got {_short(value)}")
+            elif not self._in_range(value):
+                problems.append(f"{path}: must be {self.accepts()}, got {_short(value)}")
             return value
         if k == "bool":
             if not isinstance(value, bool):
@@ -81,21 +123,31 @@ class Param:
             if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
                 problems.append(f"{path}: expected a list of names, got {_what(value)}")
             return value
-        if k in ("numbers", "point", "points", "opacity"):
-            want = {"numbers": "a list of numbers", "point": "three numbers [x, y, z]",
+        if k in ("numbers", "point", "direction", "points", "opacity"):
+            want = {"numbers": "a list of finite numbers", "point": "three finite numbers [x, y, z]",
+                    "direction": "three finite numbers [x, y, z], not all zero",
                     "points": "a list of points [[x, y, z], ...]", "opacity": "a list of [value, opacity] pairs"}[k]
             if k == "numbers" and isinstance(value, (int, float)) and not isinstance(value, bool):
                 value = [value]
+            if isinstance(value, tuple):
+                value = list(value)
             ok = isinstance(value, list) and len(value) > 0
+            if ok and self.size is not None and not self.size[0] <= len(value) <= self.size[1]:
+                problems.append(f"{path}: expected {self.accepts()}, got {len(value)}")
+                return value
             if ok and k in ("points", "opacity"):
                 n = 3 if k == "points" else 2
-                ok = all(isinstance(p, list) and len(p) == n and all(is_real(v) for v in p) for p in value)
+                ok = all(isinstance(p, (list, tuple)) and len(p) == n and all(is_real(v) for v in p) for p in value)
                 if ok and k == "opacity" and not all(0 <= p[1] <= 1 for p in value):
                     want, ok = "opacities in [0, 1]", False
             elif ok:
-                ok = all(is_real(v) for v in value) and (k != "point" or len(value) == 3)
+                ok = all(is_real(v) for v in value) and (k in ("numbers",) or len(value) == 3)
+                if ok and k == "direction" and not any(value):
+                    ok = False
+                if ok and not all(self._in_range(v) for v in value):
+                    want, ok = f"numbers {self.accepts()}", False
             if not ok:
-                problems.append(f"{path}: expected {want}, got {value!r}")
+                problems.append(f"{path}: expected {want}, got {_short(value)}")
             return value
         raise AssertionError(f"schema kind {k!r}")
 
@@ -105,33 +157,64 @@ def is_number(s) -> bool:
     try:
         float(s)
         return True
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return False
 
 
 def is_real(v) -> bool:
-    """Whether `v` is a finite int or float (not a bool)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+    """Whether `v` is an int or float (not a bool) that is a finite float: a 400-digit
+    integer is not (``float()`` of it overflows)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    # Python compares a huge int with a float exactly, without converting it.
+    return v == v and abs(v) <= sys.float_info.max
 
 
 def _what(v) -> str:
-    return f"{type(v).__name__} {v!r}" if not isinstance(v, (dict, list)) else type(v).__name__
+    return f"{type(v).__name__} {_short(v)}" if not isinstance(v, (dict, list)) else type(v).__name__
+
+
+def _short(v, most: int = 80) -> str:
+    """repr(v) cut to `most` characters: a hostile value does not flood the message."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 10 ** 40:
+        return f"an integer of about {int(abs(v).bit_length() * 0.30103) + 1} digits"
+    if isinstance(v, (list, tuple)) and len(v) > 16:
+        v = list(v[:16])
+        return repr(v)[:-1][:most] + ", ...]"
+    try:
+        r = repr(v)
+    except ValueError:  # an int past sys.get_int_max_str_digits() inside a container
+        return f"a {type(v).__name__} holding a huge integer"
+    return r if len(r) <= most else r[:most - 3] + "..."
 
 
 P = Param
+
+#: Most iso values one contour draws (each is a marching-cubes pass over every block), in the
+#: configuration and in steering alike.
+MAX_ISO_VALUES = 256
+#: Most control points of an opacity transfer function.
+MAX_OPACITY_POINTS = 256
+
 _COLOR_TABLE = {
-    "name": P("str", "colormap: viridis, plasma, inferno, magma, cividis, coolwarm, grayscale", "viridis"),
-    "opacity": P("opacity", "volume plots: [value, opacity] control points; opacity is reached over one world unit of length"),
+    "name": P("enum:" + "|".join(_COLORMAPS), "colormap", "viridis"),
+    "opacity": P("opacity", "volume plots: [value, opacity] control points; opacity is reached over one world "
+                 "unit of length", size=(1, MAX_OPACITY_POINTS)),
 }
+# A camera's keys taken together must also make a camera (position != look_at, up not along
+# the viewing direction): camera_problems() checks that, at initialize and for every steering update.
 _CAMERA = {
-    "azimuth": P("number", "degrees around the up axis, from the default view", 0.0),
-    "elevation": P("number", "degrees above the horizontal", 0.0),
-    "zoom": P("number", "> 1 moves closer", 1.0),
+    "azimuth": P("number", "degrees around the up axis, from the default view", 0.0, lo=-360, hi=360, unit="degrees"),
+    "elevation": P("number", "degrees above the horizontal", 0.0, lo=-90, hi=90, unit="degrees"),
+    "zoom": P("number", "> 1 moves closer", 1.0, lo=1e-6, hi=1e6),
     "position": P("point", "explicit eye position (then look_at is used)"),
-    "look_at": P("point", "point the camera looks at (default: the data's centre)"),
-    "up": P("point", "up direction (default [0, 1, 0]; the default view looks along -z)"),
-    "fov": P("number", "vertical field of view in degrees", 30.0),
+    "look_at": P("point", "point the camera looks at (default: the data's centre); not position"),
+    "up": P("direction", "up direction (default [0, 1, 0]; the default view looks along -z); not along the "
+            "viewing direction"),
+    "fov": P("number", "vertical field of view", 30.0, lo=0, hi=180, lo_open=True, hi_open=True, unit="degrees"),
 }
+_ISO_VALUES = P("numbers", "iso values (steerable)", size=(1, MAX_ISO_VALUES))
+_USER_PARAM = P("number", "a user parameter's value")
 
 #: The schema: each section's entries, by type where a section has types.
 SCHEMA: dict[str, Any] = {
@@ -152,11 +235,25 @@ SCHEMA: dict[str, Any] = {
                      "composite, png, extracts) into results()['timings']: CUDA events on GPUs, waiting for "
                      "each stage's work", False),
     },
+    # What Adaptor.steer, a steering file and viewers may change: the same Params as the
+    # configuration's keys they override, so both accept exactly the same values.
+    "steering": {
+        "camera": P("map", "camera keys (see Camera) for every render; a key set to null, or camera: null, goes "
+                    "back to the configuration's"),
+        "iso_values": dataclasses.replace(_ISO_VALUES, doc="a list for every contour, or {pipeline: [values]}"),
+        "colormap": dataclasses.replace(_COLOR_TABLE["name"], doc="colormap of every plot", default=None),
+        "transfer_function": dataclasses.replace(_COLOR_TABLE["opacity"], doc="opacity control points "
+                                                 "[[value, alpha], ...] of every volume plot"),
+        "params": P("map", "user parameters {name: number} (each a finite number)"),
+        "pause": P("bool", "skip the in-situ work while true"),
+        "stop": P("bool", "ask the simulation to stop (results()['stop'])"),
+    },
     "filters": {
         "contour": {
             "field": P("name", "vertex field to contour (element fields are recentred)", required=True),
-            "iso_values": P("numbers", "iso values (steerable)"),
-            "levels": P("int", "number of iso values evenly inside the field's global range"),
+            "iso_values": _ISO_VALUES,
+            "levels": P("int", "number of iso values evenly inside the field's global range", lo=1,
+                        hi=MAX_ISO_VALUES),
         },
         "threshold": {
             "field": P("name", "field whose cells are kept", required=True),
@@ -167,8 +264,8 @@ SCHEMA: dict[str, Any] = {
             "speed": P("str", "speed field name, or a constant such as '1.0'", "1.0"),
             "seeds": P("points", "source points in world coordinates", required=True),
             "output": P("name", "name of the arrival-time field it adds", "arrival_time"),
-            "tol": P("number", "stop when a sweep changes no node by more than this", 1e-9),
-            "max_iter": P("int", "most halo-synchronized sweeps", 10000),
+            "tol": P("number", "stop when a sweep changes no node by more than this", 1e-9, lo=0),
+            "max_iter": P("int", "most halo-synchronized sweeps", 10000, lo=1),
         },
     },
     "plots": {
@@ -189,11 +286,11 @@ SCHEMA: dict[str, Any] = {
     },
     "color_table": _COLOR_TABLE,
     "render": {
-        "image_width": P("int", "pixels", 512),
-        "image_height": P("int", "pixels", 512),
+        "image_width": P("int", "image width", 512, lo=1, hi=16384, unit="pixels"),
+        "image_height": P("int", "image height", 512, lo=1, hi=16384, unit="pixels"),
         "image_prefix": P("str", "PNG path; %d-style formats take the step (out/frame_%04d -> out/frame_0007.png)"),
         "camera": P("map", "camera: azimuth/elevation/zoom about the data, or position/look_at/up/fov"),
-        "bg_color": P("numbers", "background [r, g, b] (0..1)", [1.0, 1.0, 1.0]),
+        "bg_color": P("numbers", "background [r, g, b] or [r, g, b, a]", [1.0, 1.0, 1.0], lo=0, hi=1, size=(3, 4)),
     },
     "camera": _CAMERA,
     "extracts": {
@@ -225,14 +322,16 @@ SCHEMA: dict[str, Any] = {
             "master": P("str", "Spark master URL (local[N], local-cluster[...], spark://host:port); executors must "
                         "run on the simulation's nodes: blocks are handed to the daemons there", "local[2]"),
             "conf": P("map", "more Spark settings (name: value)"),
-            "cpu_daemons": P("int", "CPU worker daemons per node where there is no GPU", 1),
-            "timeout": P("number", "seconds a task or a rank waits for its worker daemon", 60.0),
-            "npartitions": P("int", "partitions per render (default: Spark's default parallelism)"),
+            "cpu_daemons": P("int", "CPU worker daemons per node where there is no GPU", 1, lo=1),
+            "timeout": P("number", "how long a task or a rank waits for its worker daemon", 60.0, lo=0,
+                         lo_open=True, unit="seconds"),
+            "npartitions": P("int", "partitions per render (default: Spark's default parallelism)", lo=1),
         },
     },
     "trigger": {
-        "condition": P("str", "expression over reductions: max(field('T')) > 2.0, cycle % 10 == 0, ..."),
-        "every": P("int", "fire every N steps"),
+        "condition": P("str", "expression over reductions: max(field('T')) > 2.0, cycle % 10 == 0, ... "
+                       "(at most 1000 characters; constant parts are computed when the configuration is read)"),
+        "every": P("int", "fire every N steps", lo=1),
         "actions": P("names", "scenes and extracts this trigger runs (they then run only when it fires)",
                      required=True),
     },
@@ -300,8 +399,6 @@ def validate(config) -> dict:
         t = _params(t, SCHEMA["trigger"], path, problems)
         if (t.get("condition") is None) == (t.get("every") is None):
             problems.append(f"{path}: give exactly one of condition or every")
-        if t.get("every") is not None and isinstance(t["every"], int) and t["every"] < 1:
-            problems.append(f"{path}/every: must be >= 1, got {t['every']}")
         if t.get("condition") is not None and isinstance(t["condition"], str):
             from .triggers import parse
 
@@ -326,15 +423,9 @@ def validate(config) -> dict:
             for k, v in prm["conf"].items():
                 if not isinstance(v, (str, int, float, bool)):
                     problems.append(f"engine/params/conf/{k}: expected a string or number, got {_what(v)}")
-        for k in ("cpu_daemons", "npartitions"):
-            if isinstance(prm.get(k), int) and prm[k] < 1:
-                problems.append(f"engine/params/{k}: must be >= 1, got {prm[k]}")
-        if is_real(prm.get("timeout")) and prm["timeout"] <= 0:
-            problems.append(f"engine/params/timeout: must be > 0 seconds, got {prm['timeout']}")
     params = out.get("params") or {}
     for k, v in params.items() if isinstance(params, Mapping) else ():
-        if not is_real(v):
-            problems.append(f"params/{k}: expected a number, got {_what(v)}")
+        _USER_PARAM.check(v, f"params/{k}", problems)
     steering = out.get("steering")
     if isinstance(steering, Mapping):
         for k in steering:
@@ -413,8 +504,6 @@ def _pipeline(p, path: str, problems: list[str]) -> dict:
         prm = out[str(fname)].get("params", {})
         if out[str(fname)].get("type") == "contour" and (prm.get("iso_values") is None) == (prm.get("levels") is None):
             problems.append(f"{path}/{fname}/params: give exactly one of iso_values or levels")
-        if out[str(fname)].get("type") == "contour" and isinstance(prm.get("levels"), int) and prm["levels"] < 1:
-            problems.append(f"{path}/{fname}/params/levels: must be >= 1, got {prm['levels']}")
     return out
 
 
@@ -452,14 +541,158 @@ def _scene(s, path: str, pipelines: Mapping, problems: list[str]) -> dict:
     for name, r in given.items():
         rpath = f"{path}/renders/{name}"
         q = _params(r, SCHEMA["render"], rpath, problems)
+        n = len(problems)
         q["camera"] = _params(q.get("camera"), SCHEMA["camera"], f"{rpath}/camera", problems)
-        for k in ("image_width", "image_height"):
-            if isinstance(q.get(k), int) and not 1 <= q[k] <= 16384:
-                problems.append(f"{rpath}/{k}: must be 1..16384 pixels, got {q[k]}")
-        if q.get("bg_color") is not None and isinstance(q["bg_color"], list) and len(q["bg_color"]) not in (3, 4):
-            problems.append(f"{rpath}/bg_color: expected [r, g, b], got {q['bg_color']!r}")
+        if len(problems) == n:  # each key is fine: now the keys together
+            problems.extend(camera_problems(q["camera"], f"{rpath}/camera"))
         renders[str(name)] = q
     return {"plots": plots, "renders": renders}
+
+
+def camera_problems(camera: Mapping[str, Any], path: str) -> list[str]:
+    """Problems of a camera whose keys are each valid but do not make a camera together.
+
+    Parameters
+    ----------
+    camera : mapping
+        Camera keys (:data:`SCHEMA` ``["camera"]``), each already checked; ``None`` for a
+        key means its default.
+    path : str
+        Where the camera comes from, put before each problem.
+
+    Returns
+    -------
+    list of str
+        Empty when the renderers can build this camera: position apart from look_at, up not
+        along the viewing direction, the view and projection matrices finite. With a position
+        but no look_at the camera looks at the data's centre, known only at render time:
+        then only the keys themselves are checked.
+    """
+    if camera.get("position") is not None and camera.get("look_at") is None:
+        return []
+    import numpy as np
+
+    from .scenes import camera_for  # the renderers' own construction, so the check cannot drift from it
+
+    centre = np.asarray(camera.get("look_at") or (0.5, 0.5, 0.5), np.float64)
+    box = tuple(np.stack([centre - 0.5, centre + 0.5], axis=1).ravel())  # a unit box about what is looked at
+    try:
+        with np.errstate(all="ignore"):
+            cam = camera_for(camera, box)
+            near, far = cam.clip_range(box)
+            finite = np.isfinite(cam.view_matrix()).all() and np.isfinite(cam.projection_matrix(1, 1, near, far)).all()
+        if not finite:
+            raise ValueError("the view is not representable in floating point (position and look_at too far apart)")
+    except (ValueError, ArithmeticError) as e:
+        return [f"{path}: {str(e).removeprefix('camera').lstrip(': ')}"]
+    return []
+
+
+def check_steering(update: Any, config: Mapping) -> dict:
+    """Check one steering update against :data:`SCHEMA` ``["steering"]``: the same Params
+    as the configuration keys it overrides.
+
+    Parameters
+    ----------
+    update : mapping
+        ``{camera, iso_values, colormap, transfer_function, params, pause, stop}`` (any of them).
+    config : mapping
+        The validated configuration (which pipelines have a contour).
+
+    Returns
+    -------
+    dict
+        The update normalized: numbers as floats, ``iso_values`` as ``{pipeline: [values] or
+        None}``, ``None`` where a key goes back to the configuration's value. Camera keys are
+        checked one by one here; how they combine with each render's camera is
+        :func:`camera_problems`'.
+
+    Raises
+    ------
+    ValueError
+        Naming every key at fault and what it accepts (never another exception type, whatever
+        the values: a 400-digit integer is refused like any other out-of-range number).
+    """
+    spec = SCHEMA["steering"]
+    if not isinstance(update, Mapping):
+        raise ValueError(f"steer: expected a map with keys among {', '.join(spec)}, got {_what(update)}")
+    unknown = [k for k in update if k not in spec]
+    if unknown:
+        raise ValueError(f"steer: unknown key(s) {', '.join(_short(k) for k in unknown)}; known: {', '.join(spec)}")
+    problems: list[str] = []
+    out: dict[str, Any] = {}
+    for key, value in update.items():
+        try:
+            out[key] = _steered(key, value, spec[key], config, problems)
+        except Exception as e:  # a value no check foresaw: still a refusal naming the key, never a crash
+            problems.append(f"{key}: {type(e).__name__}: {_short(str(e))}")
+    if problems:
+        raise ValueError(f"steer: {'; '.join(problems)}")
+    return out
+
+
+def _steered(key: str, value: Any, param: Param, config: Mapping, problems: list[str]) -> Any:
+    if value is None and key in ("camera", "iso_values", "colormap", "transfer_function"):
+        return None  # back to the configuration's
+    if key == "camera":
+        if not isinstance(value, Mapping):
+            problems.append(f"camera: expected a map, got {_what(value)}")
+            return None
+        out = {}
+        for k, v in value.items():
+            if k not in SCHEMA["camera"]:
+                problems.append(f"camera: unknown key {_short(k)}; known: {', '.join(SCHEMA['camera'])}")
+            elif v is None:
+                out[k] = None
+            else:
+                n = len(problems)
+                v = SCHEMA["camera"][k].check(v, f"camera/{k}", problems)
+                if len(problems) == n:
+                    out[k] = [float(x) for x in v] if isinstance(v, list) else float(v)
+        return out
+    if key == "iso_values":
+        contours = [p for p, fl in config["pipelines"].items() if any(f.get("type") == "contour" for f in fl.values())]
+        if isinstance(value, Mapping):
+            unknown = [p for p in value if p not in contours]
+            if unknown:
+                problems.append(f"iso_values: {', '.join(map(_short, unknown))} are not pipelines with a contour; "
+                                f"known: {', '.join(contours) or 'none'}")
+                return None
+            items, where = dict(value), "iso_values/{}"
+        else:
+            items, where = {p: value for p in contours}, "iso_values"
+        out = {}
+        for p, v in items.items():
+            if v is None:
+                out[p] = None
+                continue
+            n = len(problems)
+            v = param.check(v, where.format(p), problems)
+            if len(problems) > n:
+                break  # the same list for every contour: said once
+            out[p] = [float(x) for x in v]
+        return out
+    if key == "params":
+        if not isinstance(value, Mapping):
+            problems.append(f"params: expected a map of numbers, got {_what(value)}")
+            return None
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str) or not k:
+                problems.append(f"params: expected names, got {_short(k)}")
+                continue
+            n = len(problems)
+            _USER_PARAM.check(v, f"params/{k}", problems)
+            if len(problems) == n:
+                out[k] = float(v)
+        return out
+    n = len(problems)
+    value = param.check(value, key, problems)
+    if len(problems) > n:
+        return None
+    if key == "transfer_function":
+        return [[float(x) for x in p] for p in value]
+    return value
 
 
 def describe() -> str:
@@ -472,7 +705,8 @@ def describe() -> str:
         lines.extend([f"## {title}", "", "| key | kind | default | meaning |", "| --- | --- | --- | --- |"])
         for k, p in spec.items():
             d = "required" if p.required else ("" if p.default is None else f"`{json.dumps(p.default)}`")
-            lines.append(f"| `{k}` | {p.kind} | {d} | {p.doc} |")
+            kind = (f"{p.kind}, {p.accepts()}" if p.accepts() else p.kind).replace("|", "\\|")  # not a column
+            lines.append(f"| `{k}` | {kind} | {d} | {p.doc} |")
         lines.append("")
 
     table("Top level", SCHEMA["top"])
@@ -483,10 +717,18 @@ def describe() -> str:
     table("Color table (plots/PLOT/color_table)", SCHEMA["color_table"])
     table("Render (scenes/NAME/renders/RENDER)", SCHEMA["render"])
     table("Camera (renders/RENDER/camera)", SCHEMA["camera"])
+    lines.extend(["The keys together must make a camera: position not at look_at, up not along the viewing "
+                  "direction (checked at initialize, and against every render's camera for each steering update; "
+                  "with a position but no look_at the camera looks at the data's centre, known only when a step "
+                  "renders).", ""])
     for t, spec in SCHEMA["extracts"].items():
         table(f"Extract `{t}` (extracts/NAME: {{type: {t}, params: ...}})", spec)
     table("Trigger (triggers/NAME)", SCHEMA["trigger"])
     for t, spec in SCHEMA["engines"].items():
         if spec:
             table(f"Engine `{t}` (engine: {t}, or engine: {{type: {t}, params: ...}})", spec)
+    table("Steering (Adaptor.steer, the steering file, viewers)", SCHEMA["steering"])
+    lines.extend(["A steering update is checked whole before anything changes: a refused update changes "
+                  "nothing; steer() raises ValueError naming each key at fault, and an update from the steering "
+                  "file or a viewer is reported in results()['errors'].", ""])
     return "\n".join(lines)

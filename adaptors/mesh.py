@@ -33,7 +33,7 @@ from .errors import MeshError
 __all__ = ["Domain", "Field", "parse", "uniform"]
 
 _AXES = (("i", "x", "dx"), ("j", "y", "dy"), ("k", "z", "dz"))
-_DTYPES = ("float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32")
+_DTYPES = ("float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
 @dataclasses.dataclass

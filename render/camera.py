@@ -23,8 +23,10 @@ __all__ = ["Camera"]
 def _unit(v) -> np.ndarray:
     v = np.asarray(v, np.float64)
     n = np.linalg.norm(v)
-    if not np.isfinite(n) or n == 0:
+    if n == 0:
         raise ValueError(f"camera: direction {v.tolist()} has no length")
+    if not np.isfinite(n):
+        raise ValueError(f"camera: direction {v.tolist()} is not finite or too long to normalize")
     return v / n
 
 

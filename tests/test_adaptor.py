@@ -387,8 +387,8 @@ def test_pause_skips_the_work_until_resumed(tmp_path):
 def test_a_bad_steering_update_changes_nothing(tmp_path):
     with adaptors.Adaptor(config(tmp_path)) as a:
         for bad, match in [({"camera": {"azimuth": "left"}}, "camera/azimuth: expected a number"),
-                           ({"camera": {"zoom": -1}, "iso_values": [0.5]}, "camera/zoom: must be > 0"),
-                           ({"iso_values": [float("nan")]}, "expected finite numbers"),
+                           ({"camera": {"zoom": -1}, "iso_values": [0.5]}, r"camera/zoom: must be in \[1e-06, 1e\+06\]"),
+                           ({"iso_values": [float("nan")]}, "iso_values: expected a list of finite numbers"),
                            ({"transfer_function": [[0, 2.0]]}, "opacities in"),
                            ({"pause": "yes"}, "pause: expected true or false")]:
             with pytest.raises(ValueError, match=match):
