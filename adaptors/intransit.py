@@ -13,25 +13,32 @@ streams ``r % nanalysis == its rank``, rebuilds the Blueprint domains and runs i
 :class:`~adaptors.Adaptor` over the analysis ranks (compositing among them). Device
 fields are staged to the host for ADIOS2 (counted). Both sides split
 ``MPI_COMM_WORLD`` by MPMD application number.
+
+SST as :mod:`insitu.stream` does it (it has no authentication): the analysis opens only
+contact files of the user's own (:class:`~insitu.stream.ContactFileError` otherwise),
+contact files name the loopback interface unless ``$INSITU_SST_INTERFACE`` says
+otherwise, and a lossless writer waits for its reader at most ``deadline`` seconds per
+step and in ``close`` (:class:`~insitu.stream.ReaderTimeoutError`, the reader dropped).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Iterator
 
 import numpy as np
 
 from insitu import arrays
+from insitu.stream import DEADLINE, FrameWriter, open_contact, sst_parameters
+from insitu.stream import LOSSLESS as _LOSSLESS
 
 from .mesh import Domain
 
 __all__ = ["MeshStream", "app_comm", "main", "read_steps"]
 
-#: In transit nothing may be lost: the writer waits for its reader and for queue room.
-LOSSLESS = {"RendezvousReaderCount": "1", "QueueLimit": "2", "QueueFullPolicy": "Block"}
+#: In transit nothing may be lost: the writer waits for its reader and for queue room (up to a deadline).
+LOSSLESS = {**_LOSSLESS, "QueueLimit": "2"}
 
 
 def app_comm(world=None):
@@ -44,46 +51,79 @@ def app_comm(world=None):
 
 
 class MeshStream:
-    """Writes one rank's domains, step after step, as ADIOS2 variables."""
+    """Writes one rank's domains, step after step, as ADIOS2 variables.
 
-    def __init__(self, name: str, engine: str = "SST", *, rank: int = 0, lossless: bool = True) -> None:
-        import adios2
+    SST goes through :class:`insitu.stream.FrameWriter`'s machinery: the writer runs in a
+    process of its own, its contact file names the loopback interface unless told
+    otherwise, and no reader holds the simulation longer than `deadline`.
 
-        path = f"{name}.rank{rank}"
-        if os.path.dirname(path):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-        self._adios = adios2.Adios()
-        io = self._adios.declare_io(f"insitu-mesh:{path}")
-        io.set_engine(engine)
-        if engine == "SST":
-            from insitu.stream import SST_DEFAULTS
+    Parameters
+    ----------
+    name : str
+        The extract's filename: this rank writes the stream ``<name>.rank<rank>``.
+    engine : {"SST", "BP5"}
+    rank : int
+    lossless : bool
+        SST: wait for the analysis reader and for queue room, up to `deadline` (in transit
+        nothing is dropped while a reader keeps up).
+    deadline : float or None
+        SST: the most seconds one ``write`` waits for the reader (lossless: to connect, or to
+        take a step off the full queue) and ``close`` waits for it to release its steps.
+        Past it ``write``/``close`` raise :class:`~insitu.stream.ReaderTimeoutError` naming
+        the stream and the reader, which is dropped; the stream is opened again and steps
+        written until a reader connects are dropped (counted in ``dropped``). It must exceed
+        the analysis's time per step. None waits without limit. Default
+        :data:`insitu.stream.DEADLINE`.
+    interface : str, optional
+        SST: the network interface written into the contact file
+        (:func:`insitu.stream.sst_parameters`; default ``$INSITU_SST_INTERFACE`` or "lo").
+    """
 
-            io.set_parameters(LOSSLESS if lossless else SST_DEFAULTS)
-        self._stream = adios2.Stream(io, path, "w")
-        self.path = path
+    def __init__(self, name: str, engine: str = "SST", *, rank: int = 0, lossless: bool = True,
+                 deadline: float | None = DEADLINE, interface: str | None = None) -> None:
+        self.path = f"{name}.rank{rank}"
+        lossless_queue = {"QueueLimit": LOSSLESS["QueueLimit"]} if lossless and str(engine).upper() == "SST" else {}
+        self._writer = FrameWriter(self.path, engine, lossless=lossless, parameters=lossless_queue,
+                                   deadline=deadline, interface=interface)
 
-    def write(self, domains: list[Domain], fields: list[str] | None, *, step: int, time: float) -> None:
-        s = self._stream
-        s.begin_step()
-        s.write("step", np.array([step], np.int64), [1], [0], [1])
-        s.write("time", np.array([time], np.float64), [1], [0], [1])
+    @property
+    def steps(self) -> int:
+        """Steps written."""
+        return self._writer.steps
+
+    @property
+    def dropped(self) -> int:
+        """Steps dropped: lossless SST after a deadline, until a reader connects again."""
+        return self._writer.dropped
+
+    def write(self, domains: list[Domain], fields: list[str] | None, *, step: int, time: float) -> bool:
+        """Write this rank's `domains` (`fields` of each; default all) as one step.
+
+        Returns
+        -------
+        False when the step was dropped (see `deadline`), else True.
+
+        Raises
+        ------
+        insitu.stream.ReaderTimeoutError
+            SST: the reader held the writer past `deadline` and was dropped.
+        """
         ids = np.array([d.domain_id for d in domains], np.int64)
-        s.write("domains", ids, [len(ids)], [0], [len(ids)])
+        out = [("step", np.array([step], np.int64)), ("time", np.array([time], np.float64)), ("domains", ids)]
         for d in domains:
             p = f"d{d.domain_id}/"
-            meta = np.array([*d.dims, *d.origin, *d.spacing, *d.cells[0], *d.cells[1]], np.float64)
-            s.write(p + "meta", meta, [15], [0], [15])
-            names = fields or sorted(d.fields)
-            for name in names:
+            out.append((p + "meta", np.array([*d.dims, *d.origin, *d.spacing, *d.cells[0], *d.cells[1]], np.float64)))
+            for name in fields or sorted(d.fields):
                 f = d.fields[name]
                 # Index [i, j, k] in C order on the wire: the reader's arrays are plain.
-                a = np.ascontiguousarray(arrays.to_host(f.values))
-                s.write(p + ("v/" if f.association == "vertex" else "e/") + name, a, list(a.shape), [0, 0, 0],
-                        list(a.shape))
-        s.end_step()
+                out.append((p + ("v/" if f.association == "vertex" else "e/") + name,
+                            np.ascontiguousarray(arrays.to_host(f.values))))
+        return self._writer.write_variables(out)
 
     def close(self) -> None:
-        self._stream.close()
+        """Close the stream; SST waits at most `deadline` for the reader to release its steps
+        (:class:`~insitu.stream.ReaderTimeoutError` past it)."""
+        self._writer.close()
 
 
 def _domain(stream, did: int, variables) -> dict:
@@ -108,20 +148,33 @@ def _domain(stream, did: int, variables) -> dict:
             "fields": fields, "state": {"domain_id": did}}
 
 
-def read_steps(paths: list[str], *, engine: str = "SST", timeout: float = 60.0) -> Iterator[tuple[int, float, list]]:
+def read_steps(paths: list[str], *, engine: str = "SST", timeout: float = 60.0,
+               interface: str | None = None) -> Iterator[tuple[int, float, list]]:
     """Yield ``(step, time, [Blueprint domain, ...])`` from the streams at `paths`, step
-    by step, until every writer has ended its stream."""
+    by step, until every writer has ended its stream.
+
+    SST opens only contact files of the user's own (:func:`insitu.stream.read_contact`),
+    waiting up to `timeout` for each, and advertises `interface` (default
+    ``$INSITU_SST_INTERFACE`` or "lo").
+
+    Raises
+    ------
+    insitu.stream.ContactFileError
+        A stream's contact file someone else could have written; the message names it and its owner.
+    """
     import adios2
 
     ad = adios2.Adios()
     streams = []
-    for path in paths:
-        io = ad.declare_io(f"insitu-mesh-reader:{path}")
-        io.set_engine(engine)
-        if engine == "SST":
-            io.set_parameters({"OpenTimeoutSecs": str(int(timeout))})
-        streams.append(adios2.Stream(io, path, "r"))
     try:
+        for path in paths:
+            io = ad.declare_io(f"insitu-mesh-reader:{path}")
+            io.set_engine(engine)
+            if engine == "SST":
+                io.set_parameters({"OpenTimeoutSecs": str(max(1, int(timeout))), **sst_parameters(interface)})
+                streams.append(open_contact(path, lambda copy: adios2.Stream(io, copy, "r"), timeout=timeout))
+            else:
+                streams.append(adios2.Stream(io, path, "r"))
         while True:
             status = [s.begin_step(timeout=timeout) for s in streams]
             ok = [st == adios2.bindings.StepStatus.OK for st in status]

@@ -11,9 +11,10 @@ SST has no authentication: readers open only contact files of the user's own
 otherwise (:func:`sst_parameters`, ``$INSITU_SST_INTERFACE``).
 """
 
-from ._sst import ContactFileError, ReaderTimeoutError, read_contact, sst_parameters
+from ._sst import ContactFileError, ReaderTimeoutError, open_contact, read_contact, sst_parameters
 from .frames import DEADLINE, LOSSLESS, SST_DEFAULTS, Frame, FrameReader, FrameWriter
 from .steering import SteeringReader, SteeringWriter, steering_name
 
 __all__ = ["ContactFileError", "DEADLINE", "Frame", "FrameReader", "FrameWriter", "LOSSLESS", "ReaderTimeoutError",
-           "SST_DEFAULTS", "SteeringReader", "SteeringWriter", "read_contact", "sst_parameters", "steering_name"]
+           "SST_DEFAULTS", "SteeringReader", "SteeringWriter", "open_contact", "read_contact", "sst_parameters",
+           "steering_name"]

@@ -177,14 +177,39 @@ class FrameWriter(_Stream):
             elif names != self._fields:
                 raise ValueError(f"frame ranges: fields {names} differ from the first frame's {self._fields}")
             out.append(("ranges", np.array([float(v) for k in names for v in ranges[k]], np.float64)))
+        self.write_variables(out, attributes=attributes)
+
+    def write_variables(self, variables: Sequence[tuple[str, Any]], *,
+                        attributes: Mapping[str, Any] | None = None) -> bool:
+        """Write one step of any variables, each a whole global array (what :meth:`write`
+        does with a frame's; :class:`adaptors.intransit.MeshStream` sends domains so).
+
+        Parameters
+        ----------
+        variables : [(name, host array), ...]
+        attributes : {name: str or numbers}, optional
+            Stream attributes; those of the first step are kept.
+
+        Returns
+        -------
+        False when the step was dropped (lossless SST after a deadline, until a reader
+        connects again; counted in ``dropped``), else True.
+
+        Raises
+        ------
+        ReaderTimeoutError
+            SST: readers held the writer past `deadline`; they were dropped (see the class).
+        """
+        out = [(str(k), np.ascontiguousarray(a)) for k, a in variables]
         if self.steps == 0 and self.dropped == 0:
             self._attrs.update(attributes or {})
         if self._relay is None:
             _put(self._stream, out, self._attrs if self.steps == 0 else {})
         elif not self._relay.put(out, self._attrs):
             self.dropped += 1
-            return
+            return False
         self.steps += 1
+        return True
 
     def close(self) -> None:
         """Close the stream. SST: waits at most `deadline` for readers to release their
