@@ -24,20 +24,22 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import sys
 import time as _time
 from typing import Any, Mapping
 
 from insitu import arrays
 from insitu.engine import get_engine
+from insitu.errors import PeerTimeoutError
 from insitu.launch import share_cpu_threads
 from insitu.profile import StageTimer
 
 from . import mesh as _mesh
 from .config import SCHEMA, camera_problems, check_steering, is_number, load
-from .errors import MeshError, NotInitializedError
+from .errors import AdaptorError, MeshError, NotInitializedError
 from .extracts import write_hdf5
-from .pipelines import Context, Dataset, run_pipeline
+from .pipelines import Context, Dataset, PeerFailedError, run_pipeline
 from .scenes import SceneRenderer
 from .triggers import evaluate
 
@@ -69,7 +71,7 @@ class Adaptor:
         get_engine(engine["type"])
         self.comm = comm
         share_cpu_threads(comm)  # CPU kernels: the node's cores shared among its ranks
-        self.ctx = Context(comm)
+        self.ctx = Context(comm, timeout=self.config["timeout"])
         self.rank, self.size = self.ctx.rank, self.ctx.size
         self.prof = StageTimer(self.config["profile"])
         if engine["type"] == "spark":
@@ -152,13 +154,15 @@ class Adaptor:
             return
         updates, problems = [], []
         if self.rank == 0:
-            u, p = self._read_steering_file(sfile) if sfile else (None, None)
-            updates += [u] if u else []
-            problems += [p] if p else []
-            for reader in self._steer_readers:
-                updates += reader.poll()
-        if self.comm is not None:
-            updates, problems = self.comm.bcast((updates, problems), root=0)
+            try:
+                u, p = self._read_steering_file(sfile) if sfile else (None, None)
+                updates += [u] if u else []
+                problems += [p] if p else []
+                for reader in self._steer_readers:
+                    updates += reader.poll()
+            except Exception as e:  # noqa: BLE001 - reported below; the other ranks wait in the broadcast
+                problems.append(f"steering: {type(e).__name__}: {e}")
+        updates, problems = self.ctx.bcast((updates, problems), what="steering updates")
         for p in problems:
             self._record(p)
         for u in updates:
@@ -191,40 +195,85 @@ class Adaptor:
 
     # -- the step -----------------------------------------------------------------------------
 
-    def execute(self, step: int, time: float, mesh) -> bool:
+    def execute(self, step: int, time: float, mesh, *, error: BaseException | None = None) -> bool:
         """Run the configured pipelines, scenes, extracts and triggers on this step's mesh.
 
-        Returns True when everything ran; False when something failed (logged and
-        recorded in ``results()["errors"]``), unless ``exceptions: forward`` made it raise.
+        Every rank learns how the step went on every rank: a failure on one rank (an
+        image that cannot be written, an extract, a scene, a peer that stopped answering
+        within ``timeout``) fails the step on all of them, and the next step runs as usual.
+        A failing image or extract does not stop the step's other images and extracts.
+
+        Parameters
+        ----------
+        step, time : int, float
+            The cycle and simulation time.
+        mesh : dict or list of dict
+            This rank's domains (Conduit Mesh Blueprint).
+        error : Exception, optional
+            A problem the caller found with this rank's mesh (the C ABI's checks): the
+            step fails on every rank, agreed like a mesh the adaptor rejects itself, and
+            `mesh` is not looked at.
+
+        Returns
+        -------
+        bool
+            True when everything ran on every rank; False when something failed (logged and
+            recorded in ``results()["errors"]`` on every rank), unless ``exceptions: forward``
+            made it raise (this rank's own error, else :class:`PeerFailedError` or
+            :class:`~insitu.errors.PeerTimeoutError`).
         """
         if not self._open:
             raise NotInitializedError("execute: the adaptor was finalized")
         t0 = _time.perf_counter()
+        step = int(step)
+        self.ctx.step_begin()
+        self._failures = []
         try:
-            self._execute(int(step), float(time), mesh)
-            ok = True
+            self._execute(step, float(time), mesh, error)
         except Exception as e:
-            self._record(f"step {step}: {type(e).__name__}: {e}"
-                         + "".join(f" [{n}]" for n in getattr(e, "__notes__", [])))
-            if self.config["exceptions"] == "forward":
-                raise
-            ok = False
+            self._failures.append(e)
+        failures, self._failures = self._failures, []
+        status = _status(failures)
+        if self.ctx.size > 1 and self.ctx.step_calls:
+            # Every rank took part in this step's collectives, so every rank takes part in
+            # this one too (no collective means the step did nothing anywhere).
+            verdict = self.ctx.step_verdict(status)
+        else:
+            verdict = {self.rank: status}
         self._timings = {**self.prof.times(), "execute": _time.perf_counter() - t0}
         self._executes += 1
-        return ok
+        message = _failure_message(step, verdict, failures, self.ctx.size)
+        if message is None:
+            return True
+        mine = [e for e in failures if not getattr(e, "relayed", False)]
+        anyone = any(st and st.get("error") and not st.get("relayed") for st in verdict.values())
+        self._record(message, echo=bool(mine) or (self.rank == 0 and not anyone))
+        if self.config["exceptions"] == "forward":
+            if mine:
+                raise mine[0]
+            timeout = any(st and "missing" in st for st in verdict.values()) or any(
+                isinstance(e, PeerTimeoutError) for e in failures)
+            raise (PeerTimeoutError if timeout else PeerFailedError)(message)
+        return False
 
-    def _execute(self, step: int, time: float, mesh) -> None:
+    def _execute(self, step: int, time: float, mesh, error: BaseException | None = None) -> None:
+        """One step on this rank. Failures that leave the other ranks' collectives intact
+        (an image, an extract, a scene: each raised on every rank alike) go to
+        ``self._failures`` and the step goes on; anything else raises."""
         self._poll_steering()
         self._step, self._time, self._frames = step, time, []
         if self._steering["pause"] or not self._busy(step):
+            if error is not None:
+                raise error  # nothing runs on any rank: only this rank's call failed
             return  # nothing runs this step: the mesh is not even looked at
-        domains, error = [], None
+        domains = []
         with self.prof.stage("mesh"):
-            try:
-                domains = _mesh.parse(mesh, ghost_field=self.config["ghost_field"])
-                self._check_fields(domains)
-            except (MeshError, ValueError, TypeError) as e:
-                error = e
+            if error is None:
+                try:
+                    domains = _mesh.parse(mesh, ghost_field=self.config["ghost_field"])
+                    self._check_fields(domains)
+                except (MeshError, ValueError, TypeError) as e:
+                    error = e
             self.ctx.agree(error, f"mesh of step {step}")
         raw = Dataset(domains)
         active = self._active(step, time, domains)
@@ -240,17 +289,32 @@ class Adaptor:
                     datasets[name] = run_pipeline(name, self.config["pipelines"][name], domains, self.ctx, steer)
         images = {}
         for sname in (s for s in self.config["scenes"] if s in active):
-            out = self._scenes.render(sname, self.config["scenes"][sname], datasets, raw, self._steering, step)
+            try:
+                out = self._scenes.render(sname, self.config["scenes"][sname], datasets, raw, self._steering, step)
+            except Exception as e:
+                # The renderer agrees before its collectives, so this scene failed on every
+                # rank (or the context failed it everywhere): the next scene can still run.
+                e.add_note(f"in scenes/{sname}")
+                self._failures.append(e)
+                continue
             for rname, r in out.items():
                 images[f"{sname}/{rname}"] = r
                 if r.path:
                     from render.image import write_png
 
-                    with self.prof.stage("png"):
-                        self._frames.append(write_png(r.path, r.rgba))
+                    try:
+                        with self.prof.stage("png"):
+                            self._frames.append(write_png(r.path, r.rgba))
+                    except Exception as e:  # a full disk, an unwritable directory: reported at the step's end
+                        e.add_note(f"writing {r.path} for scenes/{sname}/renders/{rname}")
+                        self._failures.append(e)
         for ename in (e for e in self.config["extracts"] if e in active):
-            with self.prof.stage("extracts"):
-                self._extract(ename, self.config["extracts"][ename], images, domains, step, time)
+            try:
+                with self.prof.stage("extracts"):
+                    self._extract(ename, self.config["extracts"][ename], images, domains, step, time)
+            except Exception as e:  # no collective inside: the step's end tells the other ranks
+                e.add_note(f"in extracts/{ename}")
+                self._failures.append(e)
 
     def _busy(self, step: int) -> bool:
         """Whether anything may run this step (conditions need the mesh to decide)."""
@@ -337,10 +401,10 @@ class Adaptor:
         stream.write(to_uint8(r.rgba, unpremultiply=True), step=step, time=time, camera=r.camera,
                      depth=r.depth if prm["depth"] else None, ranges=r.ranges, attributes={"render": keys[0]})
 
-    def _record(self, message: str) -> None:
+    def _record(self, message: str, *, echo: bool = True) -> None:
         self._errors.append(message)
         del self._errors[:-100]  # keep the newest
-        if self.config["log"] != "quiet":
+        if echo and self.config["log"] != "quiet":
             print(f"[insitu rank {self.rank}] {message}", file=sys.stderr, flush=True)
 
     # -- reporting ------------------------------------------------------------------------------
@@ -377,23 +441,84 @@ class Adaptor:
                 "errors": list(self._errors)}
 
     def finalize(self) -> None:
-        """Close streams and renderers; the adaptor cannot execute afterwards."""
+        """Close streams, steering relays and renderers; the adaptor cannot execute afterwards.
+
+        Each is closed on its own: one that fails (a stream on a full disk) does not keep
+        the others open.
+
+        Raises
+        ------
+        AdaptorError
+            After everything else was closed, naming each thing that failed to close (also
+            recorded in ``results()["errors"]``).
+        """
         if not self._open:
             return
         self._open = False
-        for s in self._streams.values():
-            s.close()
+        problems: list[str] = []
+
+        def attempt(what: str, close, owner=None) -> None:
+            try:
+                close()
+            except Exception as e:  # noqa: BLE001 - collected, raised once everything is closed
+                problems.append(f"{what}: {_describe(e)}")
+                if owner is not None:
+                    _keep_forever(owner)
+
+        for name, s in self._streams.items():
+            attempt(f"extracts/{name}", s.close, s)
         self._streams.clear()
         for r in self._steer_readers:
-            r.close()
+            attempt(f"steering relay of {r.name}", r.close)
         self._steer_readers.clear()
-        self._scenes.close()
+        attempt("scenes", self._scenes.close)
+        attempt("communicator", self.ctx.close)
+        if problems:
+            for p in problems:
+                self._record(f"finalize: {p}")
+            raise AdaptorError(f"finalize on rank {self.rank}: " + "; ".join(problems))
 
     def __enter__(self) -> "Adaptor":
         return self
 
     def __exit__(self, *exc) -> None:
         self.finalize()
+
+
+def _describe(e: BaseException) -> str:
+    """``Type: message [notes]``, without the terminal colours ADIOS2 puts in its messages."""
+    text = f"{type(e).__name__}: {e}" + "".join(f" [{n}]" for n in getattr(e, "__notes__", []))
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def _status(failures: list[BaseException]) -> dict | None:
+    """This rank's outcome of a step for :meth:`Context.step_verdict`."""
+    if not failures:
+        return None
+    mine = [e for e in failures if not getattr(e, "relayed", False)]
+    return {"error": "; ".join(_describe(e) for e in (mine or failures)), "relayed": not mine}
+
+
+def _failure_message(step: int, verdict: dict, failures: list[BaseException], size: int) -> str | None:
+    """The line every rank records for a failed step (None: it went well everywhere)."""
+    if size == 1:
+        return f"step {step}: " + "; ".join(_describe(e) for e in failures) if failures else None
+    own = [(r, st["error"]) for r, st in verdict.items() if st and st.get("error") and not st.get("relayed")]
+    missing = [st["missing"] for st in verdict.values() if st and "missing" in st]
+    if not own and not missing:  # only reports of others' failures: say those
+        own = [(r, st["error"]) for r, st in verdict.items() if st and st.get("error")]
+    if not own and not missing:
+        return None
+    return f"step {step}: " + "; ".join([f"rank {r}: {text}" for r, text in own] + missing)
+
+
+def _keep_forever(obj) -> None:
+    """Never free `obj`. An ADIOS2 engine whose close failed (a full disk) closes again in
+    its C++ destructor, fails again there and aborts the process (std::terminate, exit
+    134); leaking it until the process ends is the lesser harm."""
+    import ctypes
+
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
 
 
 # -- Catalyst-style module functions over one adaptor per process -------------------------------
@@ -410,16 +535,19 @@ def _get(what: str) -> Adaptor:
 def initialize(config, comm=None) -> Adaptor:
     """Start in-situ visualization for this process (see :class:`Adaptor`)."""
     global _current
-    if _current is not None:
-        _current.finalize()
-    _current = None
+    previous, _current = _current, None
+    if previous is not None:
+        try:
+            previous.finalize()
+        except AdaptorError:
+            pass  # the rest was closed and the failure logged with its rank (log: errors): start afresh
     _current = Adaptor(config, comm)
     return _current
 
 
-def execute(step: int, time: float, mesh) -> bool:
+def execute(step: int, time: float, mesh, *, error: BaseException | None = None) -> bool:
     """:meth:`Adaptor.execute` on the adaptor made by :func:`initialize`."""
-    return _get("execute").execute(step, time, mesh)
+    return _get("execute").execute(step, time, mesh, error=error)
 
 
 def results() -> dict:
@@ -443,9 +571,10 @@ def about() -> dict:
 
 
 def finalize() -> None:
-    """Finish: close streams and renderers."""
+    """Finish: close streams and renderers (see :meth:`Adaptor.finalize`; the adaptor is
+    gone afterwards even when something failed to close)."""
     global _current
-    if _current is not None:
-        _current.finalize()
-    _current = None
+    current, _current = _current, None
+    if current is not None:
+        current.finalize()
 

@@ -333,9 +333,19 @@ class _ExecuteFailed(RuntimeError):
         self.mesh = bool(errors) and all(": MeshError: " in e or e.startswith("MeshError: ") for e in errors)
 
 
+class _Rejected(MeshError):
+    """A mesh the C library rejected before describing it (``status``: its code)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = Status(status)
+
+
 def _status_of(exc: BaseException, *, during: str) -> Status:
     from insitu.arrays import DeviceUnavailableError
 
+    if isinstance(exc, _Rejected):
+        return exc.status
     if isinstance(exc, MeshError):
         return Status.ERR_MESH
     if isinstance(exc, DeviceUnavailableError):
@@ -354,6 +364,9 @@ def _status_of(exc: BaseException, *, during: str) -> Status:
             return status
     if during == "initialize" and isinstance(exc, OSError):
         return Status.ERR_CONFIG  # unreadable configuration file
+    adaptor_error = getattr(impl, "AdaptorError", None)
+    if during == "finalize" and isinstance(adaptor_error, type) and isinstance(exc, adaptor_error):
+        return Status.ERR_EXECUTE  # a stream or renderer failed to close (the others were closed)
     if during == "adaptor.execute":
         return Status.ERR_EXECUTE  # a pipeline's error, forwarded (`exceptions: forward`)
     return Status.ERR_PYTHON
@@ -379,7 +392,8 @@ def _guard(during: str, fn: Callable[[], Any]) -> tuple[int, str, Any]:
     except BaseException as exc:  # noqa: BLE001 -- nothing may reach the simulation
         status = _status_of(exc, during=getattr(exc, "_insitu_during", during))
         # value: whether the adaptor has printed the error already (it logs what it records)
-        return int(status), _describe(exc, status), isinstance(exc, _ExecuteFailed)
+        return int(status), _describe(exc, status), isinstance(exc, _ExecuteFailed) or bool(
+            getattr(exc, "_insitu_reported", False))
     finally:
         # The embedded interpreter is never finalized: flush so output is not lost.
         for stream in (sys.stdout, sys.stderr):
@@ -418,12 +432,51 @@ def _errors(impl) -> list:
         return []
 
 
-def execute(step: int, time: float, domains: list[dict]) -> tuple[int, str, Any]:
-    """``insitu_execute``: build the Blueprint domains and run the adaptor on them."""
+def _accepts_error(fn: Callable) -> bool:
+    """Whether an adaptor's ``execute`` takes ``error=`` (the adaptor's own does; a stand-in
+    module may not, and then has no collectives to join)."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "error" or p.kind == p.VAR_KEYWORD for p in params)
+
+
+def _join_step(impl, step: int, time: float, exc: BaseException) -> None:
+    """Hand a mesh this rank rejected to the adaptor's ``execute`` as its error: the other
+    ranks are running this step's collectives, and the adaptor agrees the failure with
+    them, so every rank fails the step and all of them go on to the next one together."""
+    if not _accepts_error(impl.execute):
+        return
+    given = MeshError(str(exc)) if isinstance(exc, _Rejected) else exc
+    try:
+        impl.execute(int(step), float(time), None, error=given)
+    except Exception:  # noqa: BLE001 - `exceptions: forward` raises it back; `exc` is reported below
+        pass
+    exc._insitu_reported = True  # the adaptor logged the step's failure (it logs what it records)
+
+
+def execute(step: int, time: float, domains: list[dict] | None, problem_status: int = 0,
+            problem: str = "") -> tuple[int, str, Any]:
+    """``insitu_execute``: build the Blueprint domains and run the adaptor on them.
+
+    ``problem_status``/``problem``: what the C library found wrong with the mesh before
+    describing it (a NULL mesh, NULL arrays); the step then fails like an invalid mesh.
+    A rejected mesh still goes to the adaptor (as its ``error``), so this rank takes part
+    in the step the other ranks run and every rank gets an error code for it.
+    """
 
     def run():
         impl = _require()
-        mesh = mesh_from_description(domains, step, time)
+        try:
+            if problem_status:
+                raise _Rejected(problem_status, problem)
+            mesh = mesh_from_description(domains, step, time)
+        except Exception as exc:
+            _join_step(impl, step, time, exc)
+            raise
         n0 = len(_errors(impl))
         try:
             ok = impl.execute(int(step), float(time), mesh)

@@ -231,6 +231,10 @@ SCHEMA: dict[str, Any] = {
         "params": P("map", "user parameters (name: number), steerable, reported by results()"),
         "steering": P("map", "where steering updates come from: {file: path} (a JSON object read when it changes)"),
         "log": P("enum:quiet|errors|info", "what the adaptor prints on stderr", "errors"),
+        "timeout": P("number", "how long rank 0 waits for the other ranks in each collective of a step (the "
+                     "others wait up to twice as long for rank 0); then the step fails on every rank with a "
+                     "PeerTimeoutError naming the ranks that did not come", 60.0, lo=0, lo_open=True,
+                     unit="seconds"),
         "profile": P("bool", "time every stage of execute (mesh, pipelines, ranges, contour, render, volume, "
                      "composite, png, extracts) into results()['timings']: CUDA events on GPUs, waiting for "
                      "each stage's work", False),

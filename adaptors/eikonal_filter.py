@@ -29,7 +29,7 @@ __all__ = ["arrival_times"]
 def _layout(domains: list[Domain], ctx: Context):
     """Global node grid and this rank's blocks in it: (grid, {local index: gid}, origin, spacing)."""
     mine = [(d.node_origin, d.spacing, np.asarray(d.cells[1]) - np.asarray(d.cells[0])) for d in domains]
-    everyone = [mine] if ctx.comm is None else ctx.comm.allgather(mine)
+    everyone = ctx.allgather(mine, what="eikonal layout")
     spacings = {tuple(np.round(s, 12)) for per in everyone for _, s, _ in per}
     if len(spacings) != 1:
         raise ValueError(f"eikonal: the domains have different spacings {sorted(spacings)}; one grid is needed")
@@ -107,7 +107,7 @@ def arrival_times(domains: list[Domain], params: Mapping, ctx: Context) -> list:
     except Exception as e:
         error = e
     ctx.agree(error, "pipelines: eikonal set-up")
-    with HaloExchange(grid, ctx.comm) as halo:
+    with HaloExchange(grid, ctx.comm, timeout=ctx.timeout) as halo:
         for _ in range(int(params["max_iter"])):
             halo.exchange(T)
             change = 0.0

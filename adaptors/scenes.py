@@ -228,9 +228,9 @@ class SceneRenderer:
                 xp = arrays.get_array_module(layer)
         # Every rank must agree on which layers exist: a rank with no surface sends an empty one.
         has = (surface is not None, volume is not None)
-        if ctx.comm is not None:
-            everyone = ctx.comm.allgather((has, arrays.backend_of(surface[0]) if surface else
-                                           arrays.backend_of(volume) if volume is not None else None))
+        if ctx.size > 1:
+            everyone = ctx.allgather((has, arrays.backend_of(surface[0]) if surface else
+                                      arrays.backend_of(volume) if volume is not None else None), what="image layers")
             has = (any(e[0][0] for e in everyone), any(e[0][1] for e in everyone))
             kinds = {e[1] for e in everyone if e[1]}
             if "cupy" in kinds and xp is np:
@@ -241,7 +241,7 @@ class SceneRenderer:
             volume = xp.zeros((h, w, 4), xp.float32)
         if ctx.comm is not None and ctx.size > 1:
             if surface is not None:
-                res = composite(surface[0], surface[1], comm=ctx.comm, mode="depth")
+                res = composite(surface[0], surface[1], comm=ctx.comm, mode="depth", timeout=ctx.timeout)
                 surface = res
             if volume is not None:
                 mine = raw.domains
@@ -249,11 +249,12 @@ class SceneRenderer:
                 if mine:
                     b = np.array([d.box for d in mine])
                     box = [b[:, 0].min(), b[:, 1].max(), b[:, 2].min(), b[:, 3].max(), b[:, 4].min(), b[:, 5].max()]
-                boxes = ctx.comm.allgather(box)
+                boxes = ctx.allgather(box, what="volume boxes")
                 ranks = [r for r, bx in enumerate(boxes) if bx is not None]
                 order = [ranks[i] for i in _front_to_back([boxes[r] for r in ranks], cam.position)]
                 order += [r for r in range(ctx.size) if r not in order]
-                volume = composite(volume.astype(xp.float32), comm=ctx.comm, mode="over", order=order)
+                volume = composite(volume.astype(xp.float32), comm=ctx.comm, mode="over", order=order,
+                                   timeout=ctx.timeout)
         if ctx.rank != 0:
             return None, None
         if surface is None and volume is None:

@@ -137,18 +137,30 @@ class SparkSceneRenderer(SceneRenderer):
                 e.add_note("while starting Spark for engine: spark")
                 error = e
         ctx.agree(error, "engine: spark")
-        self.daemon_dir = directory if ctx.comm is None else ctx.comm.bcast(directory, root=0)
+        self.daemon_dir = ctx.bcast(directory, what="engine: spark (daemon directory)")
 
     def close(self) -> None:
-        super().close()
-        for w in self._workers.values():
-            w.close()
+        """Close the renderers, this rank's daemon connections and (rank 0) Spark, each on
+        its own; raises the first failure after all of them were tried."""
+        errors = []
+        for close in (super().close, *(w.close for w in self._workers.values())):
+            try:
+                close()
+            except Exception as e:  # noqa: BLE001 - raised below, after the rest is closed
+                errors.append(e)
         self._workers.clear()
-        if self.ctx.comm is not None:
-            self.ctx.comm.Barrier()  # no rank still talks to a daemon the driver stops
+        try:
+            self.ctx.barrier(what="engine: spark (closing)")  # no rank still talks to a daemon the driver stops
+        except Exception as e:  # noqa: BLE001 - a rank that is gone must not keep Spark running
+            errors.append(e)
         if self.engine is not None:
-            self.engine.stop()
-            self.engine = None
+            engine, self.engine = self.engine, None
+            try:
+                engine.stop()
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+        if errors:
+            raise errors[0]
 
     def _worker(self, device: int | None):
         """This rank's connection to its node's daemon for `device` (started if none runs)."""
@@ -234,8 +246,8 @@ class SparkSceneRenderer(SceneRenderer):
         mine = records
         try:
             ctx.agree(error, where)
-            if ctx.comm is not None:
-                gathered = ctx.comm.gather((records, specs), root=0)
+            if ctx.size > 1:
+                gathered = ctx.gather((records, specs), what=f"{where} (block records)")
                 if ctx.rank == 0:
                     records = [r for rs, _ in gathered for r in rs]
                     specs = {k: v for _, sp in gathered for k, v in sp.items()}

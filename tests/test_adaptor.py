@@ -80,6 +80,46 @@ def test_module_functions_and_steering_file(tmp_path):
     assert adaptors.about()["initialized"] is False
 
 
+class _FullDiskStream:
+    """A stream whose close fails, as an ADIOS2 file's does on a full disk."""
+
+    closed = 0
+
+    def close(self):
+        type(self).closed += 1
+        raise OSError(28, "No space left on device")
+
+
+class _Stream:
+    closed = 0
+
+    def close(self):
+        type(self).closed += 1
+
+
+def test_finalize_closes_the_rest_when_one_stream_fails_and_forgets_the_adaptor(tmp_path):
+    # In-process complement of tests/test_faults_adaptor.py's finalize case: the module
+    # functions drop the adaptor even though its finalize raised, and a later initialize
+    # starts afresh after a previous adaptor failed to close.
+    a = adaptors.initialize(config(tmp_path))
+    a._streams.update(full=_FullDiskStream(), ok=_Stream())
+    with pytest.raises(adaptors.AdaptorError, match=r"extracts/full: OSError: \[Errno 28\] No space left"):
+        adaptors.finalize()
+    assert _FullDiskStream.closed == 1 and _Stream.closed == 1  # the healthy one was closed too
+    assert a.results()["errors"][-1].startswith("finalize: extracts/full: OSError")
+    with pytest.raises(adaptors.NotInitializedError):
+        adaptors.results()
+    adaptors.finalize()  # nothing left to close
+
+    b = adaptors.initialize(config(tmp_path))
+    b._streams["full"] = _FullDiskStream()
+    c = adaptors.initialize(config(tmp_path))  # the previous one's failure is logged, not raised
+    try:
+        assert c is not b and _FullDiskStream.closed == 2 and adaptors.execute(0, 0.0, sphere_mesh())
+    finally:
+        adaptors.finalize()
+
+
 def test_volume_plot_of_a_constant_cube_follows_beer_lambert(tmp_path):
     # A cube of constant value, opacity k over each world unit, seen face-on: alpha = 1 - (1 - k) ** side.
     k = 0.7

@@ -176,7 +176,13 @@ typedef struct insitu_results_t {
  * INSITU_ERR_CONFIG names every problem of a malformed configuration with its path. */
 INSITU_API int insitu_initialize(const char* config_path, MPI_Fint comm);
 
-/* Run the configured pipelines on this rank's domains for one step. */
+/* Run the configured pipelines on this rank's domains for one step. Collective: every rank
+ * of the communicator calls it for every step, also with a mesh that is invalid (even
+ * NULL): that rank gets its error code, the other ranks INSITU_ERR_MESH or
+ * INSITU_ERR_EXECUTE for the same step, and the next step runs on all of them. (On a step
+ * where nothing is due, no scene, extract or trigger, the mesh is not looked at: the
+ * other ranks may then return INSITU_OK.) A rank that stops answering fails
+ * the step on the others after the configuration's `timeout`. */
 INSITU_API int insitu_execute(long step, double time, const insitu_mesh* mesh);
 
 /* Fill `out` from the adaptor's results (stop flag, error count, last step). */
@@ -191,7 +197,9 @@ INSITU_API int insitu_get_iso_count(const char* pipeline, int* count);
 /* Iso value `index` (0-based) of contour pipeline `pipeline`. */
 INSITU_API int insitu_get_iso_value(const char* pipeline, int index, double* value);
 
-/* Shut the adaptor down (the interpreter stays up: Python cannot restart in a process). */
+/* Shut the adaptor down (the interpreter stays up: Python cannot restart in a process).
+ * Every stream and renderer is closed even when one fails to; INSITU_ERR_EXECUTE then names
+ * what failed. */
 INSITU_API int insitu_finalize(void);
 
 /* Message of the last call that failed; "" after a call that succeeded. Never NULL. */

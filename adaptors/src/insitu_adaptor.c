@@ -421,6 +421,18 @@ int insitu_initialize(const char* config_path, MPI_Fint comm) {
     return status;
 }
 
+/* A mesh rejected here still goes to the shim (as a problem, without domains): the other
+ * ranks are in this step's collectives, and the adaptor agrees the failure with them, so
+ * every rank gets an error code for this step and all go on to the next one together. */
+static int reject_mesh(const char* where, long step, double time, int status, const char* fmt, ...) {
+    char text[4200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    return call_shim(where, "execute", Py_BuildValue("(ldOis)", step, time, Py_None, status, text), NULL);
+}
+
 int insitu_execute(long step, double time, const insitu_mesh* mesh) {
     static const char* where = "insitu_execute";
     PyGILState_STATE gil;
@@ -429,22 +441,27 @@ int insitu_execute(long step, double time, const insitu_mesh* mesh) {
     int bad = 0, status;
     if (!g_initialized)
         return fail(where, INSITU_ERR_NOT_INITIALIZED, "called before insitu_initialize (or after insitu_finalize)");
-    if (!mesh) return fail(where, INSITU_ERR_ARGUMENT, "mesh is NULL");
     status = enter_python(where, &gil);
     if (status != INSITU_OK) return status;
+    if (!mesh) {
+        status = reject_mesh(where, step, time, INSITU_ERR_ARGUMENT, "mesh is NULL");
+        PyGILState_Release(gil);
+        return status;
+    }
     domains = describe_mesh(mesh, msg, sizeof msg, &bad);
     if (!domains) {
         char err[4096];
         if (bad) {
             PyErr_Clear();
-            PyGILState_Release(gil);
-            return fail(where, INSITU_ERR_MESH, "invalid mesh: %s", msg);
+            status = reject_mesh(where, step, time, INSITU_ERR_MESH, "invalid mesh: %s", msg);
+        } else {
+            fetch_python_error(err, sizeof err);
+            status = reject_mesh(where, step, time, INSITU_ERR_PYTHON, "cannot describe the mesh: %s", err);
         }
-        fetch_python_error(err, sizeof err);
         PyGILState_Release(gil);
-        return fail(where, INSITU_ERR_PYTHON, "cannot describe the mesh: %s", err);
+        return status;
     }
-    status = call_shim(where, "execute", Py_BuildValue("(ldN)", step, time, domains), NULL);
+    status = call_shim(where, "execute", Py_BuildValue("(ldNis)", step, time, domains, INSITU_OK, ""), NULL);
     PyGILState_Release(gil);
     return status;
 }
