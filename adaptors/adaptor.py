@@ -160,6 +160,8 @@ class Adaptor:
                 problems += [p] if p else []
                 for reader in self._steer_readers:
                     updates += reader.poll()
+                    while reader.problems:  # a refused contact file, a relay that died: taken once
+                        problems.append(f"steering: {reader.problems.pop(0)}")
             except Exception as e:  # noqa: BLE001 - reported below; the other ranks wait in the broadcast
                 problems.append(f"steering: {type(e).__name__}: {e}")
         updates, problems = self.ctx.bcast((updates, problems), what="steering updates")
@@ -379,7 +381,7 @@ class Adaptor:
                 from .intransit import MeshStream
 
                 stream = self._streams[name] = MeshStream(prm["filename"], prm["engine"], rank=self.rank,
-                                                          lossless=prm["lossless"])
+                                                          lossless=prm["lossless"], deadline=prm["deadline"])
             stream.write(domains, prm.get("fields"), step=step, time=time)
             return
         if self.rank != 0:
@@ -392,7 +394,8 @@ class Adaptor:
         if stream is None:
             from insitu.stream import FrameWriter, SteeringReader, steering_name
 
-            stream = self._streams[name] = FrameWriter(prm["filename"], prm["engine"], lossless=prm["lossless"])
+            stream = self._streams[name] = FrameWriter(prm["filename"], prm["engine"], lossless=prm["lossless"],
+                                                           deadline=prm["deadline"])
             if prm["engine"] == "SST" and prm["steering"]:
                 self._steer_readers.append(SteeringReader(steering_name(prm["filename"])))
         from render.image import to_uint8

@@ -306,6 +306,9 @@ SCHEMA: dict[str, Any] = {
                           "oldest frames)", False),
             "depth": P("bool", "also write the composited surface depth (float32)", False),
             "steering": P("bool", "SST: take steering from viewers on <filename>.steer (insitu view)", True),
+            "deadline": P("number", "SST: the most seconds a lossless write or the stream's close waits for a "
+                          "viewer; past it the step fails with ReaderTimeoutError naming the viewer, which is "
+                          "dropped", 30.0, lo=0, lo_open=True, unit="seconds"),
         },
         "adios2_mesh": {
             "filename": P("str", "stream name; each rank writes <filename>.rank<r> (read by python -m adaptors.intransit)",
@@ -314,6 +317,10 @@ SCHEMA: dict[str, Any] = {
             "fields": P("names", "fields to send (default: all)"),
             "lossless": P("bool", "SST: wait for the reader and for queue room (in transit nothing is dropped)",
                           True),
+            "deadline": P("number", "SST: the most seconds a lossless writer waits for the analysis reader (to "
+                          "connect, to take a step off the full queue, to release its steps at close); past it "
+                          "the step fails with ReaderTimeoutError naming the reader, which is dropped. Must "
+                          "exceed the analysis's time per step", 30.0, lo=0, lo_open=True, unit="seconds"),
         },
         "hdf5": {
             "path": P("str", "file per step (%d-style formats take the step); one group per domain", required=True),

@@ -276,3 +276,58 @@ def test_a_uint64_field_contours_thresholds_and_reduces_like_its_float_copy(tmp_
         np.testing.assert_array_equal(read_png(tmp_path / f"{name}_000.png"), read_png(tmp_path / f"{name}_001.png"))
     assert coverage(tmp_path / "frame_000.png") == pytest.approx(disk_fraction(0.8), rel=0.03)
     assert coverage(tmp_path / "thr_000.png") > 0.05  # the kept cells are drawn
+
+
+# -- the deadline of SST extracts, steering streams the relay refuses ----------------------------
+
+@pytest.mark.parametrize("extract", ["adios2", "adios2_mesh"])
+@pytest.mark.parametrize("deadline", [0, -1, float("nan"), "soon"])
+def test_an_sst_deadline_that_is_not_a_positive_number_is_refused(tmp_path, extract, deadline):
+    cfg = config(tmp_path)
+    cfg["extracts"] = {"x": {"type": extract, "params": {"filename": str(tmp_path / "s"), "engine": "SST",
+                                                         "deadline": deadline}}}
+    with pytest.raises(ValueError, match="extracts/x/params/deadline"):
+        load(cfg)
+
+
+def test_a_steering_stream_others_could_have_written_is_reported_by_results(tmp_path):
+    # A contact file writable by everybody (as one planted in a shared directory): the relay
+    # refuses it and the refusal reaches results()["errors"], not only the relay's stderr.
+    frames = str(tmp_path / "frames")
+    cfg = config(tmp_path)
+    cfg["extracts"] = {"live": {"type": "adios2", "params": {"filename": frames, "engine": "SST", "deadline": 5}}}
+    contact = frames + ".steer.sst"
+    with open(contact, "w") as f:
+        f.write("not a real writer\n")
+    os.chmod(contact, 0o666)
+    with adaptors.Adaptor(cfg) as a:
+        mesh = sphere_mesh()
+        errors: list[str] = []
+        deadline = time.monotonic() + 30
+        step = 0
+        while time.monotonic() < deadline and not errors:
+            a.execute(step, 0.0, mesh)
+            errors = [e for e in a.results()["errors"] if "refusing SST contact file" in e]
+            step += 1
+            time.sleep(0.2)
+        assert errors, a.results()["errors"]
+        assert contact in errors[0] and "writable by others" in errors[0], errors
+        assert a.execute(step, 0.0, mesh)  # the run goes on
+
+
+def test_a_lossless_stream_without_a_viewer_fails_one_step_within_its_deadline(tmp_path):
+    cfg = config(tmp_path)
+    cfg["extracts"] = {"live": {"type": "adios2", "params": {"filename": str(tmp_path / "frames"), "engine": "SST",
+                                                             "lossless": True, "steering": False, "deadline": 2}}}
+    with adaptors.Adaptor(cfg) as a:
+        mesh = sphere_mesh()
+        took, ok = [], []
+        for step in range(3):
+            t0 = time.monotonic()
+            ok.append(a.execute(step, 0.0, mesh))
+            took.append(time.monotonic() - t0)
+        errors = a.results()["errors"]
+    # The configured deadline, not the default 30 s nor forever, bounds the wait for a viewer.
+    assert False in ok and max(took) < 15, (ok, took, errors)
+    assert any("ReaderTimeoutError" in e for e in errors), errors
+    assert ok[-1], (ok, errors)  # the steps after it go on (frames dropped until a viewer comes)
