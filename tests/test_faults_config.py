@@ -125,6 +125,7 @@ def test_one_overflowing_update_does_not_lose_the_rest_of_its_batch(tmp_path):
 
         def __init__(self, batches):
             self.batches = list(batches)
+            self.problems = []  # as insitu.stream.SteeringReader's: what its relay refused
 
         def poll(self):
             return self.batches.pop(0) if self.batches else []
