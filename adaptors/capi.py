@@ -28,6 +28,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .errors import MeshError  # the adaptor's own: one class for a bad mesh wherever it is found
+
 __all__ = [
     "DTYPES",
     "MeshError",
@@ -76,10 +78,6 @@ MEMORIES = {MEMORY_HOST: "INSITU_MEMORY_HOST", MEMORY_CUDA: "INSITU_MEMORY_CUDA"
 LAYOUT_C, LAYOUT_FORTRAN, LAYOUT_STRIDED = 1, 2, 3
 LAYOUTS = {LAYOUT_C: "INSITU_LAYOUT_C", LAYOUT_FORTRAN: "INSITU_LAYOUT_FORTRAN", LAYOUT_STRIDED: "INSITU_LAYOUT_STRIDED"}
 AXES = "ijk"
-
-
-class MeshError(ValueError):
-    """The mesh a simulation passed is invalid; the message lists every problem with its path."""
 
 
 def _choices(table: dict) -> str:

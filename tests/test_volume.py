@@ -337,7 +337,7 @@ def test_bad_input_is_named():
         ray_cast(np.zeros((4, 4)), cam, 8, 8, tf)
     with pytest.raises(ValueError, match="volume: needs at least 2 samples per axis"):
         ray_cast(np.zeros((4, 1, 4)), cam, 8, 8, tf)
-    with pytest.raises(ValueError, match="volume: expected real numbers"):
+    with pytest.raises(TypeError, match="volume: expected real numbers"):
         ray_cast(vol.astype(complex), cam, 8, 8, tf)
     with pytest.raises(ValueError, match="tf: expected a TransferFunction, got list"):
         ray_cast(vol, cam, 8, 8, [(0, (1, 1, 1, 1))])

@@ -22,6 +22,7 @@ import numpy as np
 
 from insitu import arrays
 
+from .._fields import check_volume
 from . import _cpu, _gpu
 from ._tables import chunk_planes, kernel_tables
 
@@ -31,17 +32,8 @@ _INT32_MAX = 2**31 - 1
 
 
 def _check_volume(volume, name: str = "volume"):
-    """Validated volume on its own device (NumPy or CuPy), in a dtype the kernels read."""
-    vol = arrays.asarray(volume, name=name)
-    if vol.ndim != 3:
-        raise ValueError(f"{name}: expected a 3-D array, got shape {tuple(vol.shape)}")
-    if vol.dtype.kind not in "fiu":
-        raise TypeError(f"{name}: expected a real numeric dtype, got {vol.dtype}")
-    if min(vol.shape) < 2:
-        raise ValueError(f"{name}: needs at least 2 samples per axis, got shape {tuple(vol.shape)}")
-    if not _gpu.supported(vol.dtype):
-        vol = vol.astype(arrays.get_array_module(vol).float64)
-    return vol
+    # float64: an integer volume's levels stay exact
+    return check_volume(volume, name, supported=_gpu.supported, fallback="float64")
 
 
 def _check_values(values, shape, name: str, region=...):

@@ -25,6 +25,7 @@ import numpy as np
 
 from insitu import arrays
 
+from .._fields import check_volume
 from ..camera import Camera
 from . import _cpu, _gpu
 from ._params import pack
@@ -67,19 +68,8 @@ def _pixels(n, name: str) -> int:
 
 
 def _check_volume(volume, name: str = "volume"):
-    vol = arrays.asarray(volume, name=name)
-    if vol.ndim != 3:
-        raise ValueError(f"{name}: expected a 3-D array, got {vol.ndim}-D of shape {tuple(vol.shape)}")
-    if vol.dtype.kind not in "fiub":
-        raise ValueError(f"{name}: expected real numbers, got dtype {vol.dtype}")
-    if min(vol.shape) < 2:
-        raise ValueError(f"{name}: needs at least 2 samples per axis, got shape {tuple(vol.shape)}")
-    xp = arrays.get_array_module(vol)
-    if not _gpu.supported(vol.dtype):
-        vol = vol.astype(xp.float32)  # on vol's own backend: no transfer
-    if any(s % vol.dtype.itemsize for s in vol.strides):
-        vol = xp.ascontiguousarray(vol)  # the kernels index whole elements
-    return vol
+    # float32: what the ray caster samples in any case
+    return check_volume(volume, name, supported=_gpu.supported, fallback="float32")
 
 
 def _check_common(camera, width, height, tf, step, background, early_termination):
