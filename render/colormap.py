@@ -127,7 +127,8 @@ _HEX = {
     ),
 }
 
-#: Names :func:`colormap` and :func:`table` accept.
+#: Names :func:`colormap` and :func:`table` accept; declared to the runtime as the entry
+#: point ``render`` of the group ``insitu.colormaps`` (the viewer offers them).
 NAMES: tuple[str, ...] = tuple(_HEX) + ("grayscale",)
 
 

@@ -1,4 +1,6 @@
-"""Solvers and demo simulations on decomposed domains (the block-parallel eikonal solver, issue 3).
+"""Solvers on decomposed domains, written on the runtime (:mod:`insitu`).
 
-Empty until the eikonal solver lands; the package exists so the layering is in place.
+- :mod:`solvers.eikonal`: the block-parallel, halo-synchronized eikonal solver
+  (``EikonalSolver``, ``solve``, ``update_block``, which the runtime runs as the kernel
+  ``eikonal.update``) and its MPI demo simulation (``python -m solvers.eikonal``).
 """

@@ -83,6 +83,24 @@ def test_registered_algorithms_and_gl(tmp_path):
     assert img.shape == (30, 40, 4) and 0.05 < (img[..., 3] > 0).mean() < 0.95
 
 
+def test_exec_gl_makes_the_declared_context_current(tmp_path, monkeypatch):
+    from insitu import plugins
+    from insitu.pool.worker import GL_GROUP
+
+    # the installed renderer declares the default factory (exec_gl above used it)
+    assert plugins.declared(GL_GROUP) == {"context": "render.gl:get_context"}
+    made = []
+    with Worker(spill_dir=str(tmp_path), gl_context=lambda: made.append(1) or "ctx") as w:
+        out = GPUBlocks.from_arrays(w, {0: np.ones(3)}).send_gpu().exec_gl(lambda b: b * 2).recv_gpu()
+        GPUBlocks.from_arrays(w, {0: np.ones(3)}).send_gpu().exec_gl(lambda b: b).recv_gpu()
+    np.testing.assert_array_equal(out[0], 2.0)
+    assert made == [1, 1]  # every exec_gl: a context is current per thread
+    monkeypatch.setattr(plugins, "_groups", {GL_GROUP: {}})  # no renderer installed
+    with Worker(spill_dir=str(tmp_path)) as w:
+        with pytest.raises(RuntimeError, match=r"exec_gl needs an OpenGL context: pass Worker\(gl_context="):
+            GPUBlocks.from_arrays(w, {0: np.ones(3)}).send_gpu().exec_gl(lambda b: b).recv_gpu()
+
+
 def test_a_failing_operation_is_named(tmp_path):
     def broken(block):
         raise ArithmeticError("no good")

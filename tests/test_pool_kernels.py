@@ -76,10 +76,53 @@ def test_importing_the_kernel_module_imports_no_algorithm():
     assert out.stdout.strip() == "[]"
 
 
+def test_the_builtins_come_from_the_entry_points_this_project_declares():
+    import tomllib
+
+    from insitu import plugins
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        table = tomllib.load(f)["project"]["entry-points"]["insitu.kernels"]
+    # the installed metadata is the project's (pip install -e . refreshes it after a change)
+    assert plugins.declared(kernels.KERNEL_GROUP) == table
+    assert set(table) <= set(kernels.names())
+    with pytest.raises(ValueError, match="'contour.marching_cubes' is already registered"):
+        register("contour.marching_cubes", lambda v, level: v)
+
+
+FAKE_DIST = {
+    "fakekern/__init__.py": "def triple(x):\n    return 3 * x\n",
+    "fakekern-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: fakekern\nVersion: 1.0\n",
+    "fakekern-1.0.dist-info/entry_points.txt": ("[insitu.kernels]\nfake.triple = fakekern:triple\n"
+                                                 "fake.broken = fakekern.triple\n"),
+}
+
+
+def test_an_installed_package_adds_kernels_through_entry_points(tmp_path):
+    for rel, text in FAKE_DIST.items():
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    out = run_python(f"""
+        import sys, warnings
+        sys.path.insert(0, {str(tmp_path)!r})
+        from insitu.pool import kernels
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            names = kernels.names()
+        assert "fake.triple" in names and "contour.marching_cubes" in names, names
+        assert "fake.broken" not in names and any("fake.broken" in str(x.message) for x in w), w
+        assert "fakekern" not in sys.modules  # declared, imported on first use
+        print(kernels.exec_kernel(None, "fake.triple", None, (2,)), "fakekern" in sys.modules)
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["6", "True"]
+
+
 def test_unknown_name_lists_the_registered_ones():
     with pytest.raises(KeyError, match="contour.marching_cubes") as e:
         lookup("contour.marching_squares")
     assert "eikonal.update" in str(e.value) and "volume.ray_cast" in str(e.value)
+    assert "entry points in group 'insitu.kernels'" in str(e.value)
     with pytest.raises(KeyError, match="unknown kernel name 'nope.nope'"):
         exec_kernel(None, "nope.nope", None, ())
 

@@ -229,9 +229,23 @@ def test_steering_keys_match_the_renderers_and_the_adaptor():
     from adaptors.config import SCHEMA
     from render.colormap import NAMES
 
-    assert tuple(COLORMAPS) == tuple(NAMES)
+    assert tuple(COLORMAPS) == tuple(NAMES)  # declared by the renderers (entry points), not copied
     assert set(CAMERA_KEYS) == set(SCHEMA["camera"])
     assert set(STEER_KEYS) == set(STEERABLE)
+
+
+def test_without_a_renderer_any_colormap_name_is_passed_on(monkeypatch):
+    from insitu import plugins
+    from insitu.viewer import state
+
+    monkeypatch.setattr(plugins, "_groups", {state.COLORMAP_GROUP: {}})
+    monkeypatch.setattr(state, "COLORMAPS", state._Colormaps())
+    assert len(state.COLORMAPS) == 0
+    # the simulation's configuration schema judges the name (and reports a refusal by results())
+    assert validate_update({"colormap": "jet"}) == {"colormap": "jet"}
+    for bad in ("", "two words", "x" * 65, ["viridis"], 3, "<script>"):
+        with pytest.raises(ValueError, match="colormap: expected a colormap name"):
+            validate_update({"colormap": bad})
 
 
 # -- BP5 replay -------------------------------------------------------------------------
@@ -253,6 +267,9 @@ def test_bp5_replay_serves_all_steps_in_order_and_records(tmp_path):
         step, img = frame(v.url)  # the last frame stays served after the end
         assert step == n - 1 and np.array_equal(img, pattern(n - 1, 31, 45))
         assert not st["steering"]["enabled"]
+        from render.colormap import NAMES
+
+        assert st["colormaps"] == list(NAMES)  # what the page offers
         code, body = post(v.url, {"iso_values": [1.0]})
         assert code == 409 and "steering is off" in body["error"]
         page, h = get(v.url, "")
@@ -515,6 +532,13 @@ def test_page_in_headless_chromium_shows_frames_and_steers(tmp_path):
         # the inline style is allowed by the page's Content-Security-Policy (the script is: it shows frames)
         assert cdp.eval("getComputedStyle(document.body).backgroundColor") == "rgb(22, 24, 28)"
         assert cdp.eval("document.getElementById('steer').disabled") is False
+        from render.colormap import NAMES
+
+        # the colormaps offered are those in the viewer's status (the page has no list of its own)
+        assert cdp.eval("[...document.getElementById('colormap').options].map(o => o.value)") == ["", *NAMES]
+        cdp.eval("const c = document.getElementById('colormap'); c.value = 'magma';"
+                 "c.dispatchEvent(new Event('change'))")
+        until(lambda: any(u.get("colormap") == "magma" for u in _updates(log)), 20, "the colormap at the simulation")
         cdp.eval("document.getElementById('iso').value = '0.55'; document.getElementById('iso-apply').click()")
         until(lambda: any(u.get("iso_values") == [0.55] for u in _updates(log)), 20, "the update at the simulation")
         until(lambda: _served_iso(v.url) == 55, 20, "a served frame made with iso 0.55")

@@ -1,4 +1,4 @@
-"""The kernel cache and the registry of built-in algorithms.
+"""The kernel cache and the registry of named algorithms.
 
 A worker runs three kinds of kernels (:func:`exec_kernel` tells them apart):
 
@@ -9,8 +9,9 @@ A worker runs three kinds of kernels (:func:`exec_kernel` tells them apart):
   functions working on NumPy or CuPy arrays, CuPy ``ElementwiseKernel`` / ``RawKernel``
   objects. They are passed through: Numba keeps its own cache of compiled
   specializations (in memory, and on disk with ``cache=True``), CuPy its own;
-- **registered names** (``"contour.marching_cubes"``, ...): the library's algorithms,
-  see :func:`register` and :func:`lookup`.
+- **registered names** (``"contour.marching_cubes"``, ...): algorithms that installed
+  packages declare as entry points in the group ``insitu.kernels`` (imported on first
+  use) or that :func:`register` adds; see :func:`lookup`.
 
 The disk cache
 --------------
@@ -60,11 +61,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from insitu import arrays
+from insitu import arrays, plugins
 from insitu.arrays import DeviceUnavailableError
 
 __all__ = [
     "DEFAULT_BLOCK",
+    "KERNEL_GROUP",
     "KernelCache",
     "KernelCompileError",
     "KernelNotFoundError",
@@ -545,13 +547,14 @@ def default_cache() -> KernelCache:
 
 # --------------------------------------------------------------------------- registry
 
+#: Entry point group in which packages declare kernels: ``"name" = "module:function"``.
+KERNEL_GROUP = "insitu.kernels"
+
 # name -> callable, or "module:attribute" imported on first lookup (so importing insitu
-# imports neither render nor solvers).
-_REGISTRY: dict[str, Any] = {
-    "eikonal.update": "solvers.eikonal:update_block",
-    "contour.marching_cubes": "render.contour:marching_cubes",
-    "volume.ray_cast": "render.volume:ray_cast",
-}
+# imports no algorithm). The packages that own the algorithms fill it through entry
+# points (KERNEL_GROUP), read on the registry's first use; register() adds more.
+_REGISTRY: dict[str, Any] = {}
+_discovered = False
 _REGISTRY_LOCK = threading.Lock()
 
 
@@ -561,8 +564,34 @@ def is_kernel_name(x: Any) -> bool:
     return isinstance(x, str) and _NAME_RE.fullmatch(x) is not None
 
 
+_REF_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+
+
+def _discover() -> None:
+    """Add the kernels installed packages declare (KERNEL_GROUP) to the registry, once.
+
+    Called with _REGISTRY_LOCK held. A name already registered keeps its function; a
+    malformed declaration is skipped with a warning (one broken package does not take
+    the others' kernels away).
+    """
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    for name, ref in plugins.declared(KERNEL_GROUP).items():
+        if not is_kernel_name(name) or not _REF_RE.fullmatch(ref):
+            warnings.warn(f"entry point {name!r} = {ref!r} in group {KERNEL_GROUP!r}: expected a dotted name "
+                          "and 'module:attribute'; ignored", RuntimeWarning, stacklevel=4)
+            continue
+        _REGISTRY.setdefault(name, ref)
+
+
 def register(name: str, fn: Callable | str, *, replace: bool = False) -> None:
     """Register an algorithm under `name` for :func:`exec_kernel` / ``exec_gpu``.
+
+    A package that ships kernels declares them instead as entry points in the group
+    ``insitu.kernels`` of its ``pyproject.toml`` (``"contour.marching_cubes" =
+    "package.module:function"``), so they are known wherever it is installed.
 
     Parameters
     ----------
@@ -571,16 +600,17 @@ def register(name: str, fn: Callable | str, *, replace: bool = False) -> None:
     fn : callable or str
         The function, or ``"package.module:attribute"`` to import on first lookup.
     replace : bool
-        Allow replacing a different function registered under `name`.
+        Allow replacing a different function registered (or declared) under `name`.
     """
     if not is_kernel_name(name):
         raise ValueError(f"kernel name {name!r}: expected dotted identifiers like 'contour.marching_cubes'")
     if isinstance(fn, str):
-        if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", fn):
+        if not _REF_RE.fullmatch(fn):
             raise ValueError(f"{name}: expected a callable or 'module:attribute', got {fn!r}")
     elif not callable(fn):
         raise TypeError(f"{name}: expected a callable or 'module:attribute', got {type(fn).__name__}")
     with _REGISTRY_LOCK:
+        _discover()
         old = _REGISTRY.get(name)
         if old is not None and old is not fn and old != fn and not replace:
             raise ValueError(f"kernel name {name!r} is already registered ({old!r}); pass replace=True")
@@ -590,19 +620,22 @@ def register(name: str, fn: Callable | str, *, replace: bool = False) -> None:
 def unregister(name: str) -> None:
     """Remove `name` from the registry (KeyError if unknown)."""
     with _REGISTRY_LOCK:
+        _discover()
         if name not in _REGISTRY:
             raise KeyError(_unknown(name))
         del _REGISTRY[name]
 
 
 def names() -> list[str]:
-    """The registered names, sorted."""
+    """The registered names (those declared by installed packages included), sorted."""
     with _REGISTRY_LOCK:
+        _discover()
         return sorted(_REGISTRY)
 
 
 def _unknown(name: str) -> str:
-    return f"unknown kernel name {name!r}; registered: {', '.join(sorted(_REGISTRY))}"
+    return (f"unknown kernel name {name!r}; registered: {', '.join(sorted(_REGISTRY)) or 'none'} (packages "
+            f"declare kernels as entry points in group {KERNEL_GROUP!r}; is the one providing it installed?)")
 
 
 def lookup(name: str) -> Callable:
@@ -614,9 +647,12 @@ def lookup(name: str) -> Callable:
         `name` is not registered; the message lists the registered names.
     """
     with _REGISTRY_LOCK:
-        if name not in _REGISTRY:
-            raise KeyError(_unknown(name))
-        fn = _REGISTRY[name]
+        fn = _REGISTRY.get(name)
+        if fn is None:
+            _discover()
+            if name not in _REGISTRY:
+                raise KeyError(_unknown(name))
+            fn = _REGISTRY[name]
     if isinstance(fn, str):
         mod_name, attr = fn.split(":")
         obj: Any = importlib.import_module(mod_name)

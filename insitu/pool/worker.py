@@ -8,13 +8,16 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from insitu import arrays
+from insitu import arrays, plugins
 
 from .cache import BlockCache
 from .commands import Op, Package, Ref
 from .kernels import KernelCache, exec_kernel
 
-__all__ = ["Worker"]
+__all__ = ["GL_GROUP", "Worker"]
+
+#: Entry point group whose entry ``context`` makes a worker's OpenGL context current.
+GL_GROUP = "insitu.gl"
 
 
 class Worker:
@@ -30,8 +33,9 @@ class Worker:
     kernel_cache : KernelCache, optional
         Shared compile cache; default one per worker on the default directory.
     gl_context : callable, optional
-        Makes an OpenGL context current for ``exec_gl`` (default: render.gl's EGL one,
-        imported when first needed).
+        Makes an OpenGL context current for ``exec_gl`` on the calling thread and returns
+        it. Default: the factory an installed package declares as entry point ``context``
+        in the group ``insitu.gl`` (see :mod:`insitu.plugins`), imported when first needed.
     """
 
     def __init__(self, device: int | None = None, *, budget_bytes: int | None = None,
@@ -111,11 +115,13 @@ class Worker:
         """Make this worker's OpenGL context current on the calling thread (created on
         first use) and return it; ``exec_gl`` calls it before drawing."""
         if self._gl_context is None:
-            from render.gl import get_context  # a plug-in: the runtime itself does not draw
-
-            self._gl_context = get_context
-        # Called every time: a GL context is current per thread, and a daemon serves
-        # each client on its own thread (render.gl's get_context keeps one per thread).
+            try:  # a plug-in: the runtime itself does not draw
+                self._gl_context = plugins.load(GL_GROUP, "context")
+            except KeyError as e:
+                raise RuntimeError(f"exec_gl needs an OpenGL context: pass Worker(gl_context=...), or install a "
+                                   f"package that declares one ({e.args[0]})") from None
+        # Called every time: a GL context is current per thread, and a daemon serves each
+        # client on its own thread (the factory is expected to keep one context per thread).
         self._gl = self._gl_context()
         return self._gl
 

@@ -44,7 +44,7 @@ from importlib import resources
 
 from ._access import Access, Refused, body_length
 from .record import Mp4Writer, PngDirectory, encode_png
-from .state import STEER_KEYS, FrameBuffer, SteeringState
+from .state import COLORMAPS, STEER_KEYS, FrameBuffer, SteeringState
 
 __all__ = ["IDLE_TIMEOUT", "MAX_BODY", "MAX_HANDLERS", "Viewer"]
 
@@ -187,6 +187,7 @@ class Viewer:
             "first_step": self.frames.first_step, "steps": list(self.frames.steps),
             "steering": {"enabled": self.steer_enabled, "state": self.steering.snapshot(),
                          "sent": self.steer_sent, "error": self.steer_error},
+            "colormaps": list(COLORMAPS),
         }
 
     def png(self) -> tuple[int, int, float, bytes] | None:
@@ -477,7 +478,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     ``GET /status``      JSON: stream, engine, mode (live|replay), connected, ended, error,
                          frames/seq (frames received), step, time, width, height, fps,
                          camera, ranges, first_step, steps (the last 100), record_error,
-                         steering {enabled, state, sent, error}.
+                         steering {enabled, state, sent, error}, colormaps (the names
+                         the installed renderers know; empty: any name is passed on).
     ``GET /frame.png``   the newest frame (any other query parameter, e.g. ``?n=SEQ``, is ignored);
                          headers ``X-Insitu-Seq``, ``X-Insitu-Step``, ``X-Insitu-Time``;
                          503 before the first frame.

@@ -8,15 +8,63 @@ newest frame, a short history of steps and the arrival rate.
 from __future__ import annotations
 
 import collections
+import collections.abc
 import math
+import re
 import threading
 import time
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
-__all__ = ["CAMERA_KEYS", "COLORMAPS", "STEER_KEYS", "FrameBuffer", "SteeringState", "validate_update"]
+from .. import plugins
 
-#: Colormap names the renderers know (``render.colormap.NAMES``; a test keeps them in sync).
-COLORMAPS = ("viridis", "plasma", "inferno", "magma", "cividis", "coolwarm", "grayscale")
+__all__ = ["CAMERA_KEYS", "COLORMAPS", "COLORMAP_GROUP", "STEER_KEYS", "FrameBuffer", "SteeringState",
+           "validate_update"]
+
+#: Entry point group in which renderers declare the colormap names they know (each entry:
+#: a sequence of names).
+COLORMAP_GROUP = "insitu.colormaps"
+
+# What a colormap name looks like when no renderer is installed to list them.
+_COLORMAP_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.+-]{0,63}")
+
+
+class _Colormaps(collections.abc.Sequence):
+    """The colormap names installed renderers declare (COLORMAP_GROUP), in declaration
+    order without repeats; read on first use, so importing the viewer imports no renderer."""
+
+    def __init__(self) -> None:
+        self._names: tuple[str, ...] | None = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> tuple[str, ...]:
+        with self._lock:
+            if self._names is None:
+                names: dict[str, None] = {}
+                for ep in sorted(plugins.declared(COLORMAP_GROUP)):
+                    names.update((str(n), None) for n in plugins.load(COLORMAP_GROUP, ep))
+                self._names = tuple(names)
+            return self._names
+
+    def __getitem__(self, i):
+        return self._load()[i]
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._load()
+
+    def __repr__(self) -> str:
+        return repr(self._load())
+
+
+#: Colormap names the installed renderers know (entry point group ``insitu.colormaps``),
+#: a sequence read on first use. Empty when none is installed: the viewer then passes on
+#: any name of colormap form and the simulation's configuration schema judges it.
+COLORMAPS = _Colormaps()
 
 #: Steerable camera keys and what each takes (the adaptor's camera schema; kept in sync by a test).
 CAMERA_KEYS = {
@@ -33,7 +81,7 @@ CAMERA_KEYS = {
 STEER_KEYS = {
     "camera": "an object with any of " + ", ".join(CAMERA_KEYS) + " (null: the simulation's own)",
     "iso_values": "a list of numbers (every contour), or {pipeline: [numbers]}",
-    "colormap": "one of " + ", ".join(COLORMAPS),
+    "colormap": "a colormap name (the viewer's status lists those the renderers know)",
     "transfer_function": "opacity control points [[value, alpha], ...], alpha in [0, 1]",
     "params": "an object {name: number}",
     "pause": "true or false",
@@ -84,6 +132,16 @@ def _camera(v: Any) -> dict:
     return out
 
 
+def _colormap(v: Any) -> str:
+    known = tuple(COLORMAPS)
+    if known:
+        if v not in known:
+            raise ValueError(f"steer: colormap: expected one of {', '.join(known)}, got {v!r}")
+    elif not (isinstance(v, str) and _COLORMAP_NAME.fullmatch(v)):
+        raise ValueError(f"steer: colormap: expected a colormap name (letters, digits, '_.+-', at most 64), got {v!r}")
+    return v
+
+
 def validate_update(update: Any) -> dict:
     """Check a steering update and return it normalized (numbers as floats).
 
@@ -109,9 +167,7 @@ def validate_update(update: Any) -> dict:
             else:
                 out[k] = _numbers("iso_values", v)
         elif k == "colormap":
-            if v not in COLORMAPS:
-                raise ValueError(f"steer: colormap: expected {STEER_KEYS[k]}, got {v!r}")
-            out[k] = v
+            out[k] = _colormap(v)
         elif k == "transfer_function":
             ok = isinstance(v, (list, tuple)) and len(v) > 0 and all(
                 isinstance(p, (list, tuple)) and len(p) == 2 and _is_number(p[0]) and _is_number(p[1])
