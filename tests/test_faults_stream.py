@@ -6,6 +6,7 @@ starts is ended by pid."""
 import contextlib
 import json
 import os
+import selectors
 import shutil
 import signal
 import subprocess
@@ -17,8 +18,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from insitu.stream import (ContactFileError, FrameReader, SteeringReader, SteeringWriter, sst_parameters,
-                           steering_name)
+from insitu.stream import (ContactFileError, FrameReader, FrameWriter, ReaderTimeoutError, SteeringReader,
+                           SteeringWriter, sst_parameters, steering_name)
 
 ENV = {**os.environ, "PYTHONPATH": ROOT}
 DEADLINE = 2.0
@@ -41,8 +42,6 @@ def stop(*procs: subprocess.Popen) -> None:
 
 def line_with(p: subprocess.Popen, text: str, timeout: float = 60.0) -> str:
     """The first line of `p`'s output holding `text` (other lines are skipped)."""
-    import selectors
-
     end = time.monotonic() + timeout
     with selectors.DefaultSelector() as sel:
         sel.register(p.stdout, selectors.EVENT_READ)
@@ -338,3 +337,111 @@ def test_a_steering_writer_with_a_umask_of_002_still_steers(tmp_path):
         r.close()
         w.close()
     assert steering_name(name[:-6]) == name
+
+
+def shared_memory() -> set[str]:
+    """What this process holds of frame slots, and what /dev/shm holds of insitu's."""
+    held = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if "insitu-frames" in target:
+                held.add(target)
+    return held | {f"/dev/shm/{n}" for n in os.listdir("/dev/shm") if "insitu" in n}
+
+
+READER = """
+import json, sys
+from insitu.stream import FrameReader
+with FrameReader(sys.argv[1], "SST", timeout=60) as r:
+    print("connected", flush=True)
+    print(json.dumps([[f.step, int(f.image[0, 0, 0]), list(f.image.shape)] for f in r]), flush=True)
+"""
+
+
+def test_the_default_writer_never_waits_for_its_process_and_delivers_the_newest_frame(tmp_path):
+    name = str(tmp_path / "frames")
+    before = shared_memory()
+    w = FrameWriter(name, "SST", deadline=10.0)
+    reader = None
+    try:
+        reader = spawn(READER, name)
+        step, end = 0, time.monotonic() + 60
+        with selectors.DefaultSelector() as sel:  # frames flow until the reader is in
+            sel.register(reader.stdout, selectors.EVENT_READ)
+            while not sel.select(timeout=0) and time.monotonic() < end:
+                w.write(np.full((64, 64, 4), step % 256, np.uint8), step=step, time=0.0)
+                step += 1
+                time.sleep(0.05)
+        assert "connected" in reader.stdout.readline()
+        os.kill(w._relay.proc.pid, signal.SIGSTOP)  # the writer process busy (stopped) in the middle of frames
+        try:
+            for _ in range(10):
+                t0 = time.monotonic()
+                w.write(np.full((64, 64, 4), step % 256, np.uint8), step=step, time=0.0)
+                step += 1
+                # the old writer waited here for the process, up to the deadline (10 s)
+                assert time.monotonic() - t0 < 3.0
+        finally:
+            os.kill(w._relay.proc.pid, signal.SIGCONT)
+        assert w.steps + w.dropped == step and w.dropped >= 8, (w.steps, w.dropped)
+        w.close()
+        got = json.loads(line_with(reader, "[", 60))
+        assert reader.wait(timeout=30) == 0
+        steps = [s for s, _, _ in got]
+        assert steps == sorted(steps) and steps[-1] == step - 1, steps  # the newest frame arrived
+        assert all(v == s % 256 for s, v, _ in got), got  # and whole: no slot written over in flight
+    finally:
+        w.close()
+        stop(reader)
+    assert shared_memory() == before
+
+
+def test_frames_that_grow_arrive_whole_through_the_slots(tmp_path):
+    name = str(tmp_path / "frames")
+    sizes = [16, 700, 16, 1100, 1100, 8, 1300]  # 1.9 MiB, 4.6 MiB, 6.4 MiB: the slots grow twice
+    before = shared_memory()
+    w = FrameWriter(name, "SST", lossless=True, deadline=60.0)
+    reader = None
+    try:
+        reader = spawn(READER, name)
+        for i, n in enumerate(sizes):
+            w.write(np.full((n, n, 4), i + 1, np.uint8), step=i, time=0.0)
+        w.close()
+        got = json.loads(line_with(reader, "[", 60))
+        assert got == [[i, i + 1, [n, n, 4]] for i, n in enumerate(sizes)]
+    finally:
+        w.close()
+        stop(reader)
+    assert shared_memory() == before
+
+
+def test_no_shared_memory_is_left_after_close_or_a_dropped_reader(tmp_path):
+    name = str(tmp_path / "frames")
+    before = shared_memory()
+    w = FrameWriter(name, "SST", lossless=True, deadline=DEADLINE)
+    idle = None
+    try:
+        idle = spawn(IDLE_READER, name)
+        process = w._relay.proc
+        with pytest.raises(ReaderTimeoutError, match="took no frame"):
+            for i in range(60):
+                w.write(np.full((256, 256, 4), i, np.uint8), step=i, time=0.0)
+        assert process.poll() is not None  # the process that held the reader was killed
+        assert shared_memory() - before  # the slots stay for the next process
+        w.close()
+    finally:
+        w.close()
+        stop(idle)
+    assert shared_memory() == before
+    # a simulation killed while writing leaves nothing either (the slots have no name)
+    p = spawn(WRITER, str(tmp_path / "killed"), 0, 0, DEADLINE)
+    try:
+        line_with(p, "ready")
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        line_with(p, '"frame": 5')
+    finally:
+        stop(p)
+    assert {n for n in os.listdir("/dev/shm") if "insitu" in n} == {n[len("/dev/shm/"):] for n in before
+                                                                    if n.startswith("/dev/shm/")}

@@ -18,17 +18,25 @@ limit (for queue room in lossless mode; in ``close`` for every reader to release
 frames, in any mode), so no thread of the simulation could bound the wait. The
 simulation waits for that process at most ``deadline`` seconds; past it the readers are
 reported (address and user) and dropped with the process, and a fresh stream is opened.
+A frame costs the simulation one copy into memory shared with that process; in the
+default mode it never waits for the process either: a frame that comes while the
+previous one is still being written waits for the next ``write`` (or ``close``), and a
+newer one replaces it (counted in ``FrameWriter.dropped``).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
+import mmap
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time as _time
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -115,15 +123,17 @@ class FrameWriter(_Stream):
         self.lossless, self.deadline = bool(lossless), None if deadline is None else float(deadline)
         if os.path.dirname(name):
             os.makedirs(os.path.dirname(name), exist_ok=True)
+        #: Frames written, or handed to the SST writer process.
         self.steps = 0
-        #: Frames not written: lossless SST after a deadline, until a reader connects again.
+        #: Frames not written: lossless SST after a deadline, until a reader connects again;
+        #: default SST, frames replaced by a newer one while the writer process was busy.
         self.dropped = 0
         self._fields: tuple | None = None
         self._attrs: dict[str, Any] = {}
         if self.engine == "SST":
             params = {**(LOSSLESS if lossless else SST_DEFAULTS), **sst_parameters(interface)}
             params.update({str(k): str(v) for k, v in (parameters or {}).items()})
-            self._relay: _Relay | None = _Relay(name, params, self.deadline)
+            self._relay: _Relay | None = _Relay(name, params, self.deadline, self.lossless)
             return
         import adios2
 
@@ -208,6 +218,9 @@ class FrameWriter(_Stream):
         elif not self._relay.put(out, self._attrs):
             self.dropped += 1
             return False
+        else:  # frames that waited for the writer process and were replaced by this one
+            self.steps, self.dropped = self.steps - self._relay.replaced, self.dropped + self._relay.replaced
+            self._relay.replaced = 0
         self.steps += 1
         return True
 
@@ -233,37 +246,106 @@ def _put(stream, variables: Sequence[tuple[str, np.ndarray]], attributes: Mappin
         stream.end_step()
 
 
+def _layout(variables: Sequence[tuple[str, np.ndarray]]) -> tuple[list, int]:
+    """Where each variable goes in a slot: ``[[name, dtype, shape, offset], ...]`` and the bytes needed."""
+    spec, off = [], 0
+    for k, a in variables:
+        if a.dtype.hasobject:
+            raise ValueError(f"frame variable {k!r}: dtype {a.dtype} holds Python objects, not numbers")
+        spec.append([k, a.dtype.str, list(a.shape), off])
+        off += -(-a.nbytes // _ALIGN) * _ALIGN
+    return spec, off
+
+
+_ALIGN = 64
+_GROW = 1 << 20
+
+
+class _Slot:
+    """A frame buffer shared with the writer process: an anonymous memory file (``memfd``)
+    whose descriptor is passed over a socket, so it has no name to leak, even when both
+    processes are killed."""
+
+    def __init__(self, size: int) -> None:
+        self.size = -(-size // _GROW) * _GROW
+        try:
+            self.fd = os.memfd_create("insitu-frames")  # close-on-exec
+        except (AttributeError, OSError):  # no memfd: a file unlinked at once
+            fd, path = tempfile.mkstemp(prefix="insitu-frames-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+            os.unlink(path)
+            self.fd = fd
+        try:
+            os.ftruncate(self.fd, self.size)
+            self.map = mmap.mmap(self.fd, self.size)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.bytes: np.ndarray | None = np.frombuffer(self.map, np.uint8)
+        self.sent = False  # the current writer process has the descriptor
+
+    def fill(self, variables: Sequence[tuple[str, np.ndarray]], spec: list) -> None:
+        for (_, a), (_, _, _, off) in zip(variables, spec):
+            self.bytes[off:off + a.nbytes] = a.reshape(-1).view(np.uint8)
+
+    def close(self) -> None:
+        self.bytes = None  # the view's export must go before the map can close
+        try:
+            self.map.close()
+        except BufferError:
+            pass
+        os.close(self.fd)
+
+
 class _Relay:
     """The simulation's end of an SST frame writer process (:func:`serve`).
 
-    Frames go down a pipe (a JSON header line, then the arrays' bytes); each is answered
-    with ``{"ack": 1}`` (or ``{"error": ...}``) once its step ended. One frame is in
-    flight at a time: ``put`` first waits, at most `deadline`, for the previous answer.
+    A frame's arrays are copied into one of two shared memory slots (:class:`_Slot`); only a
+    JSON header line (the slot, the arrays' names, types, shapes and offsets, with the
+    slot's descriptor the first time) goes down a socket to the process, which answers each
+    frame on its stdout with ``{"ack": 1}`` (or ``{"error": ...}``) once its step ended. One
+    frame is in flight at a time, so the other slot is free to fill meanwhile:
+
+    - lossless: ``put`` fills the free slot, then waits at most `deadline` for the previous
+      answer before sending;
+    - default: ``put`` never waits. While a frame is in flight the new one waits in the free
+      slot and goes with the next ``put`` or ``close``; a newer frame replaces it (counted in
+      ``replaced``), so the newest frame is the one delivered, as SST's Discard policy does.
     """
 
-    def __init__(self, name: str, params: Mapping[str, str], deadline: float | None) -> None:
-        self.name, self.params, self.deadline = name, dict(params), deadline
+    def __init__(self, name: str, params: Mapping[str, str], deadline: float | None, lossless: bool) -> None:
+        self.name, self.params, self.deadline, self.lossless = name, dict(params), deadline, lossless
         self.stalled = False
+        #: Frames that waited for the writer process and were replaced by a newer one (default mode).
+        self.replaced = 0
+        self._slots: list[_Slot | None] = [None, None]
+        self.sock: socket.socket | None = None
         self._start()
 
     def _start(self) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # the relay imports insitu as we do
-        self.proc = subprocess.Popen([sys.executable, "-m", "insitu.stream.relay", "frames", self.name,
-                                      json.dumps(self.params)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     env=env, start_new_session=True)
-        try:  # fewer wake-ups per frame (Linux; 1 MiB is the default most an unprivileged user may ask)
-            import fcntl
-
-            fcntl.fcntl(self.proc.stdin.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
-        except (ImportError, AttributeError, OSError):
-            pass
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "insitu.stream.relay", "frames", self.name,
+                                          json.dumps(self.params)], stdin=theirs.fileno(), stdout=subprocess.PIPE,
+                                         env=env, start_new_session=True)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.sock = ours
         os.set_blocking(self.proc.stdout.fileno(), False)
         self._since = _time.time() - 1.0  # file times may be coarser than the clock
-        self.opened, self.pending, self.closed = False, 0, False
+        self.opened, self.closed = False, False
+        self._inflight: collections.deque[int] = collections.deque()  # slots sent, not answered yet
+        self._queued: tuple[int, dict] | None = None  # default mode: (slot, header) waiting to be sent
         self._contact: tuple[int, int] | None = None
         self._errors: list[str] = []
         self._buf = b""
+        for s in self._slots:
+            if s is not None:
+                s.sent = False
 
     def _drain(self) -> None:
         try:
@@ -281,12 +363,16 @@ class _Relay:
             if "open" in msg:
                 self.opened, self._contact = True, tuple(msg["open"]) if msg["open"] else None
             elif "ack" in msg:
-                self.pending -= 1
+                self._inflight.popleft()
             elif "error" in msg:
-                self.pending -= "frame" in msg
+                if "frame" in msg:
+                    self._inflight.popleft()
                 self._errors.append(str(msg["error"]))
             elif "closed" in msg:
                 self.closed = True
+
+    def _idle(self) -> bool:
+        return self.opened and not self._inflight
 
     def _wait(self, timeout: float | None, done) -> bool:
         """Read answers until ``done()``, the process exits or `timeout` seconds pass."""
@@ -317,7 +403,7 @@ class _Relay:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
-        for f in (self.proc.stdin, self.proc.stdout):
+        for f in (self.sock, self.proc.stdout):
             try:
                 f.close()
             except OSError:
@@ -331,19 +417,78 @@ class _Relay:
             pass
         return readers
 
+    def _exited(self) -> None:
+        """The writer process is gone: report it and start a new one."""
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self._drain()
+        code, errors = self.proc.returncode, "; ".join(self._errors)
+        self._drop()
+        self._start()
+        raise RuntimeError(f"SST stream {self.name}: the writer process exited (code {code}"
+                           f"{': ' + errors if errors else ''}); frames in flight are lost, started a new one")
+
+    def _slot(self, size: int) -> int:
+        """A slot not in flight holding at least `size` bytes (a grown one replaces a small one)."""
+        i = next(i for i in range(len(self._slots)) if i not in self._inflight)
+        s = self._slots[i]
+        if s is None or s.size < size:
+            if s is not None:
+                s.close()
+            self._slots[i] = None
+            self._slots[i] = _Slot(size)
+        return i
+
+    def _send(self, i: int, head: dict) -> bool:
+        """Send slot `i`'s header; False when the process is gone."""
+        s = self._slots[i]
+        if not s.sent:
+            head = {**head, "map": s.size}
+        data = json.dumps(head).encode() + b"\n"
+        try:
+            if s.sent:
+                self.sock.sendall(data)
+            else:  # the descriptor travels with the header's first bytes
+                n = socket.send_fds(self.sock, [data], [s.fd])
+                self.sock.sendall(data[n:])
+                s.sent = True
+        except OSError:
+            return False
+        self._inflight.append(i)
+        return True
+
     def put(self, variables: Sequence[tuple[str, np.ndarray]], attributes: Mapping[str, Any]) -> bool:
-        """Send one frame; False when it was dropped (stalled, see :class:`FrameWriter`)."""
-        ready = self._wait(0.0 if self.stalled else self.deadline, lambda: self.opened and self.pending == 0)
+        """Send one frame; False when it was dropped (lossless, stalled: see :class:`FrameWriter`)."""
+        self._drain()
+        if self.proc.poll() is not None:
+            self._exited()
+        spec, size = _layout(variables)
+        if not self.lossless:
+            self._raise_errors()
+            if self._queued is not None and not self._inflight:
+                if not self._send(*self._queued):
+                    self._exited()
+                self._queued = None
+            if self._queued is not None:  # still busy: the newer frame takes the waiting one's place
+                self._queued, self.replaced = None, self.replaced + 1
+            i = self._slot(size)
+            self._slots[i].fill(variables, spec)
+            head = {"slot": i, "vars": spec, "attrs": dict(attributes)}
+            if self._inflight:
+                self._queued = (i, head)
+            elif not self._send(i, head):
+                self._exited()
+            return True
+        if self.stalled and not self._idle():
+            return False
+        i = self._slot(size)
+        self._slots[i].fill(variables, spec)  # while the process still writes the previous frame
+        ready = self._wait(0.0 if self.stalled else self.deadline, self._idle)
         if not ready and self.proc.poll() is not None:
-            code = self.proc.returncode
-            errors = "; ".join(self._errors)
-            self._drop()
-            self._start()
-            raise RuntimeError(f"SST stream {self.name}: the writer process exited (code {code}"
-                               f"{': ' + errors if errors else ''}); frames in flight are lost, started a new one")
+            self._exited()
         if not ready:
-            if self.stalled:
-                return False
             self.stalled = True
             if not self.opened:
                 raise ReaderTimeoutError(f"SST stream {self.name}: no reader connected within {self.deadline:g} s "
@@ -356,30 +501,39 @@ class _Relay:
                 "are dropped until a reader connects")
         self.stalled = False
         self._raise_errors()
-        head = {"vars": [[k, a.dtype.str, list(a.shape)] for k, a in variables], "attrs": dict(attributes)}
-        try:
-            self.proc.stdin.write(json.dumps(head).encode() + b"\n")
-            for _, a in variables:
-                self.proc.stdin.write(memoryview(a).cast("B"))
-            self.proc.stdin.flush()
-        except (BrokenPipeError, ValueError):
-            self.proc.wait(timeout=10)
-            return self.put(variables, attributes)  # reported and restarted above
-        self.pending += 1
+        if not self._send(i, {"slot": i, "vars": spec, "attrs": dict(attributes)}):
+            self._exited()
         return True
 
     def close(self) -> None:
-        if self.proc.stdin.closed:
+        """Deliver what is in flight and close, waiting at most `deadline`; the slots are freed."""
+        if self.sock is None or self.sock.fileno() < 0:
+            self._free()
             return
+        try:
+            self._close()
+        finally:
+            self._free()
+
+    def _free(self) -> None:
+        for i, s in enumerate(self._slots):
+            if s is not None:
+                s.close()
+                self._slots[i] = None
+
+    def _close(self) -> None:
         self._drain()
-        if not self.opened and self.pending == 0:  # lossless, no reader ever came: nothing to deliver
-            self._drop()
+        if not self.opened and not self._inflight and self._queued is None:
+            self._drop()  # lossless, no reader ever came: nothing to deliver
             return
         start = _time.monotonic()
         try:
-            self.proc.stdin.write(b'{"close": true}\n')
-            self.proc.stdin.flush()
-        except (BrokenPipeError, ValueError):
+            if self._queued is not None:  # its slot is no longer written to: no need to wait
+                i, head = self._queued
+                self._queued = None
+                self._send(i, head)
+            self.sock.sendall(b'{"close": true}\n')
+        except OSError:  # gone: reported below
             pass
         if self._wait(self.deadline, lambda: self.closed):
             self.proc.wait(timeout=10)
@@ -395,12 +549,34 @@ class _Relay:
                                  f"{self.deadline:g} s) for reader(s) {readers} to release their frames; dropped them")
 
 
-def serve(name: str, params: Mapping[str, str], inp=None, out=None) -> None:
+class _Inbox:
+    """The writer process's end of the socket: header lines, and the descriptors sent with them."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.buf, self.fds = sock, b"", collections.deque()
+
+    def readline(self) -> bytes:
+        """The next line, or b"" when the simulation is gone."""
+        while b"\n" not in self.buf:
+            try:
+                data, fds, _, _ = socket.recv_fds(self.sock, 1 << 16, 4, getattr(socket, "MSG_CMSG_CLOEXEC", 0))
+            except ConnectionError:
+                return b""
+            self.fds.extend(fds)
+            if not data:
+                return b""
+            self.buf += data
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
+
+
+def serve(name: str, params: Mapping[str, str], inp: socket.socket | None = None, out=None) -> None:
     """The SST frame writer process: open stream `name` with `params`, then write the frames
-    that arrive on `inp` (stdin) and answer each on `out` (stdout), until ``{"close": true}``."""
+    whose headers arrive on `inp` (the socket on stdin; arrays in the shared slots) and answer
+    each on `out` (stdout), until ``{"close": true}`` or the simulation goes."""
     import adios2
 
-    inp = inp or sys.stdin.buffer
+    inbox = _Inbox(inp or socket.socket(fileno=sys.stdin.fileno()))
     out = out or sys.stdout.buffer
 
     def say(**msg) -> None:
@@ -418,30 +594,31 @@ def serve(name: str, params: Mapping[str, str], inp=None, out=None) -> None:
         say(open=[st.st_dev, st.st_ino])
     except OSError:
         say(open=None)
+    maps: dict[int, mmap.mmap] = {}
     first = True
     while True:
-        line = inp.readline()
-        if not line or json.loads(line).get("close"):
+        line = inbox.readline()
+        head = json.loads(line) if line.strip() else {"close": True}
+        if head.get("close"):
             stream.close()  # until every reader released its frames: the simulation bounds this wait
             say(closed=True)
             return
-        head = json.loads(line)
-        variables = []
-        for k, dtype, shape in head["vars"]:
-            a = np.empty(shape, np.dtype(dtype))
-            view, got = memoryview(a).cast("B"), 0
-            while got < view.nbytes:
-                n = inp.readinto(view[got:])
-                if not n:
-                    raise EOFError(f"SST stream {name}: the simulation went away in the middle of a frame")
-                got += n
-            variables.append((k, a))
+        i = head["slot"]
+        if "map" in head:  # a new slot (or a grown one): the old map goes with its last view
+            fd = inbox.fds.popleft()
+            try:
+                maps[i] = mmap.mmap(fd, head["map"])
+            finally:
+                os.close(fd)
+        variables = [(k, np.ndarray(shape, np.dtype(dtype), buffer=maps[i], offset=off))
+                     for k, dtype, shape, off in head["vars"]]
         try:
-            _put(stream, variables, head["attrs"] if first else {})
+            _put(stream, variables, head["attrs"] if first else {})  # Sync puts: copied out of the slot here
             first = False
             say(ack=1)
         except Exception as e:  # reported with the next frame
             say(error=str(e), frame=1)
+        del variables
 
 
 class FrameReader(_Stream):
