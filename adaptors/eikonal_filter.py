@@ -3,21 +3,23 @@
 The domains of all ranks must tile one uniform grid in a regular (tensor-product)
 split, as the domain decompositions of structured solvers do. From them the filter
 builds an :class:`insitu.Domain` over the global nodes (each node owned by one block,
-ghost width 1), copies the speed into padded blocks on the fields' device, and
-iterates :func:`solvers.eikonal.update_block` with a halo exchange per step until no
-node changes by more than ``tol`` (the solver's block-Jacobi scheme, so the answer
-does not depend on the split). The result is a vertex field shaped like each domain.
+ghost width 1) and runs :class:`solvers.eikonal.EikonalSolver` on it, with the speed
+of each block taken from the fields where they live and the job's
+:class:`~adaptors.pipelines.Context` for its reduction and set-up agreement (deadlines,
+failures told to every rank), until no node changes by more than ``tol`` or
+``max_iter`` steps passed. The result is a vertex field shaped like each domain.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
+from typing import Any, Iterator
 
 import numpy as np
 
 from insitu import arrays
 from insitu.domain import Domain as Grid
-from insitu.halo import HaloExchange
+from solvers.eikonal import EikonalSolver
 
 from .config import is_number
 from .mesh import Domain
@@ -65,69 +67,74 @@ def _layout(domains: list[Domain], ctx: Context):
     return grid, local, g0, spacing
 
 
-def arrival_times(domains: list[Domain], params: Mapping, ctx: Context) -> list:
-    """Arrival times (vertex arrays, one per domain, NaN outside the solved nodes)."""
-    from solvers.eikonal import update_block
+class _BlockSpeeds(Mapping):
+    """Block id -> the speeds of this rank's block, read from its domain when the solver
+    asks (so a failure to read them is agreed by the solver's set-up like any other)."""
 
+    def __init__(self, domains: list[Domain], local: dict[int, int], grid: Grid, speed: str, xp) -> None:
+        self._by_gid = {g: domains[i] for i, g in local.items()}
+        self._grid, self._speed, self._xp = grid, speed, xp
+
+    def __getitem__(self, gid: int):
+        d, shape = self._by_gid[gid], self._grid.block(gid).shape
+        if is_number(self._speed):
+            return self._xp.full(shape, float(self._speed))
+        inner = tuple(slice(0, n) for n in shape)  # owned nodes = the first of the real ones
+        return d.vertex_values(self._speed)[inner]
+
+    def __contains__(self, gid: object) -> bool:  # without reading the field, as Mapping's would
+        return gid in self._by_gid
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._by_gid)
+
+    def __len__(self) -> int:
+        return len(self._by_gid)
+
+
+def arrival_times(domains: list[Domain], params: Mapping[str, Any], ctx: Context) -> list:
+    """Arrival times from ``params["seeds"]`` over this rank's `domains`; collective.
+
+    Parameters
+    ----------
+    domains : list of Domain
+        This rank's domains; those of all ranks tile one grid in a regular split.
+    params : mapping
+        The filter's checked parameters: ``speed`` (field name or constant), ``seeds``
+        (world points), ``tol``, ``max_iter``.
+    ctx : Context
+        The job: its communicator, deadline and agreement on failures.
+
+    Returns
+    -------
+    list of (X, Y, Z) float64 arrays
+        One per domain, of its vertex shape and array backend; NaN where no seed reaches.
+    """
     error, grid = None, None
     try:
         grid, local, g0, spacing = _layout(domains, ctx)
     except ValueError as e:
         error = e
     ctx.agree(error, "pipelines: eikonal layout")
-    speed = params["speed"]
     xp = arrays.get_array_module(next(iter(domains[0].fields.values())).values) if domains else np
     seeds = [np.clip(np.rint((np.asarray(p) - g0) / spacing).astype(int), 0, np.asarray(grid.dims) - 1)
              for p in params["seeds"]]
-    T, out, w, frozen = {}, {}, {}, {}
-    error = None
-    try:
+    speeds = _BlockSpeeds(domains, local, grid, params["speed"], xp)
+    with EikonalSolver(grid, speeds, seeds, ctx.comm, xp=xp, timeout=ctx.timeout, collectives=ctx) as solver:
+        solver.solve(float(params["tol"]), int(params["max_iter"]), on_limit="stop")
+        solver.refresh_ghosts()  # the +1 ghost layer: the last real node of each block
+        T = solver.blocks
+        result = []
         for i, d in enumerate(domains):
-            g = local[i]
-            b = grid.block(g)
-            inner = tuple(slice(0, n) for n in b.shape)  # owned nodes = the first of the real ones
-            if is_number(speed):
-                f = float(speed)
-                sp = xp.full(b.shape, f)
-            else:
-                sp = d.vertex_values(speed)[inner].astype(xp.float64)
-            if not bool(xp.all(xp.isfinite(sp) & (sp > 0))):
-                raise ValueError(f"eikonal: speed {speed!r} must be positive and finite on every node "
-                                 f"(domain {d.domain_id})")
-            wb = xp.full(b.padded_shape, xp.inf)
-            wb[b.interior] = 1.0 / sp
-            tb = xp.full(b.padded_shape, xp.inf)
-            fb = xp.zeros(b.padded_shape, bool)
-            for s in seeds:
-                if all(lo <= v < hi for v, lo, hi in zip(s, b.lo, b.hi)):
-                    loc = tuple(int(v - lo + 1) for v, lo in zip(s, b.lo))
-                    fb[loc] = True
-                    tb[loc] = 0.0
-            T[g], w[g], frozen[g], out[g] = tb, wb, fb, tb.copy()
-    except Exception as e:
-        error = e
-    ctx.agree(error, "pipelines: eikonal set-up")
-    with HaloExchange(grid, ctx.comm, timeout=ctx.timeout) as halo:
-        for _ in range(int(params["max_iter"])):
-            halo.exchange(T)
-            change = 0.0
-            for g in T:
-                T[g], out[g], c = update_block(T[g], out[g], w[g], frozen[g], spacing, iterations=4)
-                change = max(change, float(arrays.scalar_to_host(c)) if xp is not np else float(c))
-            if ctx.allreduce(change, "max") <= float(params["tol"]):
-                break
-        halo.exchange(T)  # the +1 ghost layer: the last real node of each block
-    result = []
-    for i, d in enumerate(domains):
-        b = grid.block(local[i])
-        first = np.rint((d.origin - g0) / spacing).astype(int)  # global index of the domain's node 0
-        res = xp.full(d.dims, xp.nan)
-        src_lo = np.asarray(b.lo) - 1  # global index of the padded block's first node
-        lo = np.maximum(first, src_lo)
-        hi = np.minimum(first + np.asarray(d.dims), src_lo + np.asarray(b.padded_shape))
-        if (hi > lo).all():
-            res[tuple(slice(a - f, z - f) for a, z, f in zip(lo, hi, first))] = \
-                T[local[i]][tuple(slice(a - s, z - s) for a, z, s in zip(lo, hi, src_lo))]
-        res[~xp.isfinite(res)] = xp.nan
-        result.append(res)
+            b = grid.block(local[i])
+            first = np.rint((d.origin - g0) / spacing).astype(int)  # global index of the domain's node 0
+            res = xp.full(d.dims, xp.nan)
+            src_lo = np.asarray(b.lo) - 1  # global index of the padded block's first node
+            lo = np.maximum(first, src_lo)
+            hi = np.minimum(first + np.asarray(d.dims), src_lo + np.asarray(b.padded_shape))
+            if (hi > lo).all():
+                res[tuple(slice(a - f, z - f) for a, z, f in zip(lo, hi, first))] = \
+                    T[local[i]][tuple(slice(a - s, z - s) for a, z, s in zip(lo, hi, src_lo))]
+            res[~xp.isfinite(res)] = xp.nan
+            result.append(res)
     return result

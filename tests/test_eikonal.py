@@ -267,3 +267,95 @@ def test_skipping_idle_tiles_gives_the_full_sweeps_result(blocks, local_iters):
     # step of the full sweeps bit for bit, across halo exchanges, display copy included.
     dom = Domain.create((40, 36, 150), blocks=blocks, spacing=(0.03, 0.035, 0.025))
     assert_skipping_idle_tiles_changes_nothing(dom, np, local_iters=local_iters, max_steps=400, early=3)
+
+
+# -- what the adaptor's eikonal filter uses: per-block speeds, the job's collectives ----------
+
+
+def _split_speed(dom, speed):
+    return {g: speed[tuple(slice(l, h) for l, h in zip(dom.block(g).lo, dom.block(g).hi))].copy()
+            for g in dom.blocks_of(0)}
+
+
+def test_speed_per_block_gives_the_global_arrays_result():
+    dom = Domain.create((21, 17, 13), blocks=(2, 2, 1), spacing=(0.1, 0.1, 0.1))
+    speed = 1 + np.random.default_rng(1).random(dom.dims)
+    ref = EikonalSolver(dom, speed, [(3, 4, 5)])
+    ref.solve()
+    with EikonalSolver(dom, _split_speed(dom, speed), [(3, 4, 5)]) as s:
+        s.solve()
+        np.testing.assert_array_equal(s.gather(), ref.gather())
+    ref.close()
+
+
+def test_speed_per_block_is_checked():
+    dom = Domain.create((12, 10, 8), blocks=(2, 1, 1))
+    speeds = _split_speed(dom, np.ones(dom.dims))
+    with pytest.raises(ValueError, match=r"speed: no array for block 1; the mapping has blocks \[0\]"):
+        EikonalSolver(dom, {0: speeds[0]}, [(1, 1, 1)])
+    with pytest.raises(ValueError, match=r"speed: the array of block 1 has shape \(6, 10, 7\), the block is \(6, 10, 8\)"):
+        EikonalSolver(dom, {0: speeds[0], 1: speeds[1][..., :7]}, [(1, 1, 1)])
+    speeds[1][2, 3, 4] = 0.0
+    with pytest.raises(ValueError, match="speed: must be finite and > 0 everywhere; found values <= 0 in block 1"):
+        EikonalSolver(dom, speeds, [(1, 1, 1)])
+
+
+class RecordingCollectives:
+    """A one-process Collectives that records the calls (and can make set-up fail elsewhere)."""
+
+    def __init__(self, peer_failed: bool = False) -> None:
+        self.calls, self.peer_failed = [], peer_failed
+
+    def allreduce(self, value, op):
+        self.calls.append(("allreduce", op))
+        return value
+
+    def agree(self, error, what):
+        self.calls.append(("agree", what, error))
+        if error is not None:
+            raise error
+        if self.peer_failed:
+            raise RuntimeError("rank 1 failed")
+
+
+def test_collectives_reduce_each_step_and_agree_on_the_set_up():
+    dom = Domain.create((16, 14, 12), blocks=(2, 1, 1), spacing=(0.1, 0.1, 0.1))
+    coll = RecordingCollectives()
+    with EikonalSolver(dom, random_smooth(seed=2), [(3, 4, 5)], collectives=coll) as s:
+        assert coll.calls == [("agree", "eikonal: set-up", None)]
+        n = s.solve()
+    assert n > 1 and coll.calls[1:] == [("allreduce", "max")] * n
+    # A failed set-up goes to the agreement (raised there), before any halo exchange.
+    coll = RecordingCollectives()
+    with pytest.raises(ValueError, match="outside the grid"):
+        EikonalSolver(dom, random_smooth(seed=2), [(30, 4, 5)], collectives=coll)
+    assert [c[:2] for c in coll.calls] == [("agree", "eikonal: set-up")]
+    assert isinstance(coll.calls[0][2], ValueError)
+    # Another rank's failure, told by the agreement, stops this one too.
+    with pytest.raises(RuntimeError, match="rank 1 failed"):
+        EikonalSolver(dom, random_smooth(seed=2), [(3, 4, 5)], collectives=RecordingCollectives(peer_failed=True))
+
+
+def test_run_stops_at_max_iter_when_asked():
+    dom = Domain.create((30, 12, 10), blocks=(2, 1, 1))
+    s = EikonalSolver(dom, np.ones(dom.dims), [(0, 0, 0)], local_iters=1)
+    with pytest.raises(RuntimeError, match="no convergence after 3 iterations"):
+        s.solve(max_iter=3)
+    s = EikonalSolver(dom, np.ones(dom.dims), [(0, 0, 0)], local_iters=1)
+    assert s.solve(max_iter=3, on_limit="stop") == 3
+    assert np.isinf(s.gather()).any()  # really stopped before the front crossed the grid
+    with pytest.raises(ValueError, match="on_limit must be 'raise' or 'stop', got 'warn'"):
+        s.solve(on_limit="warn")
+
+
+def test_refresh_ghosts_fills_the_ghosts_with_the_neighbours_newest_values():
+    dom = Domain.create((20, 8, 8), blocks=(2, 1, 1))
+    s = EikonalSolver(dom, np.ones(dom.dims), [(9, 4, 4)], local_iters=3)
+    s.step()
+    s.step()
+    T0, T1 = s.blocks[0], s.blocks[1]
+    assert not np.array_equal(T0[-1, 1:-1, 1:-1], T1[1, 1:-1, 1:-1])  # stale after the sweeps
+    s.refresh_ghosts()
+    np.testing.assert_array_equal(s.blocks[0][-1, 1:-1, 1:-1], s.blocks[1][1, 1:-1, 1:-1])
+    np.testing.assert_array_equal(s.blocks[1][0, 1:-1, 1:-1], s.blocks[0][-2, 1:-1, 1:-1])
+    s.close()

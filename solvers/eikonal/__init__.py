@@ -19,14 +19,15 @@ API
 ---
 - :func:`solve` (one array, in one process),
 - :func:`update_block` (what the runtime calls on a cached block),
-- :class:`EikonalSolver` (a decomposed domain: ``step()``, ``run(tol, max_iter)``).
+- :class:`EikonalSolver` (a decomposed domain: ``step()``, ``run(tol, max_iter)``),
+- :class:`Collectives` (what a job gives the solver to agree and reduce with deadlines).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from . import speed as speed_models
 
 _NO_PROFILE = StageTimer()
 
-__all__ = ["EikonalSolver", "Iterate", "seeds_from_fractions", "solve", "speed_models", "update_block"]
+__all__ = ["Collectives", "EikonalSolver", "Iterate", "seeds_from_fractions", "solve", "speed_models", "update_block"]
 
 
 def update_block(T, out, w, frozen, spacing: Sequence[float], *, iterations: int = 1, view=None,
@@ -99,6 +100,40 @@ def update_block(T, out, w, frozen, spacing: Sequence[float], *, iterations: int
     return T, out, change
 
 
+class Collectives(Protocol):
+    """The job-wide operations :class:`EikonalSolver` needs besides its halo exchange.
+
+    Give one whose calls keep a deadline and tell every rank about a failure on any
+    (the adaptor's ``pipelines.Context`` is one); the default, over the solver's
+    `comm`, uses mpi4py's blocking ``allreduce`` and raises a set-up failure on its own
+    rank only (the others then stop in the first halo exchange, after its `timeout`).
+    """
+
+    def allreduce(self, value: float, op: str) -> float:
+        """``op`` (``"max"``) of `value` over all ranks; collective."""
+
+    def agree(self, error: BaseException | None, what: str) -> None:
+        """Raise on every rank if `error` is not ``None`` on any; collective."""
+
+
+class _CommCollectives:
+    """The default :class:`Collectives` over an mpi4py communicator (or one process)."""
+
+    def __init__(self, comm) -> None:
+        self.comm = comm
+
+    def allreduce(self, value: float, op: str) -> float:
+        if self.comm is None:
+            return value
+        from mpi4py import MPI
+
+        return self.comm.allreduce(value, op={"max": MPI.MAX, "min": MPI.MIN, "sum": MPI.SUM}[op])
+
+    def agree(self, error: BaseException | None, what: str) -> None:
+        if error is not None:
+            raise error
+
+
 @dataclasses.dataclass
 class Iterate:
     """State after one step of :meth:`EikonalSolver.run`."""
@@ -115,9 +150,11 @@ class EikonalSolver:
     ----------
     domain : Domain
         Decomposition; its spacing is the grid spacing. Ghost width must be >= 1.
-    speed : array, callable or HDF5 reader
+    speed : array, callable, HDF5 reader or mapping
         Global (X, Y, Z) array of speeds (> 0, finite); or ``f(x, y, z)`` of world
-        coordinates (see :mod:`solvers.eikonal.speed`); or :func:`speed.from_hdf5`.
+        coordinates (see :mod:`solvers.eikonal.speed`); or :func:`speed.from_hdf5`; or
+        ``{block id: array}`` for this rank's blocks, each of the block's (unpadded)
+        shape, used where it lives when that is `xp`'s device (no copy through the host).
         Each rank evaluates only its own blocks.
     seeds : bool array or sequence of (i, j, k)
         Where T = 0: a global boolean mask, or global grid indices.
@@ -141,11 +178,18 @@ class EikonalSolver:
         Sweep only the tiles where something changed nearby in the previous sweep (or a
         halo exchange refilled a ghost face next to them), as the fast iterative method
         keeps an active list; the result is the full sweep's, bit for bit.
+    timeout : float
+        Seconds a halo exchange waits for the peers before
+        :class:`~insitu.errors.PeerTimeoutError`.
+    collectives : Collectives, optional
+        The per-step reduction of the change and the agreement on a failed set-up
+        (before the first halo exchange, so no rank waits for one that gave up).
+        Default: over `comm`, see :class:`Collectives`.
     """
 
     def __init__(self, domain: Domain, speed, seeds, comm=None, *, xp=np, local_iters: int = 4,
                  timeout: float = 60.0, slowness: str = "float64", precision: str = "float64",
-                 skip_idle: bool = True) -> None:
+                 skip_idle: bool = True, collectives: Collectives | None = None) -> None:
         if slowness not in ("float64", "float32"):
             raise ValueError(f"eikonal: slowness must be 'float64' or 'float32', got {slowness!r}")
         if precision not in ("float64", "float32"):
@@ -158,11 +202,27 @@ class EikonalSolver:
         self.slowness, self.precision = slowness, precision
         self.rank = 0 if comm is None else comm.Get_rank()
         self.spacing = domain.spacing
-        seed_idx = _seed_indices(seeds, domain.dims)
+        self._coll = collectives if collectives is not None else _CommCollectives(comm)
         self.iteration = 0
         self._T, self._out, self._w, self._frozen = {}, {}, {}, {}
         self._views, self._clip = {}, math.inf
         self._tiles = {}  # gid -> ActiveTiles of the block's backend (skip_idle)
+        error = None
+        try:
+            self._set_up(speed, seeds, skip_idle)
+        except Exception as e:  # agreed below: raised on every rank
+            error = e
+        self._coll.agree(error, "eikonal: set-up")
+        self._halo = HaloExchange(domain, comm, timeout=timeout)
+        # Set up the exchange now, for both buffers of the ping-pong, so that ranks that
+        # disagree fail here and the iteration loop makes no set-up transfers.
+        self._halo.exchange(self._T)
+        self._halo.exchange(self._out)
+
+    def _set_up(self, speed, seeds, skip_idle: bool) -> None:
+        """This rank's padded blocks: slowness, seeds, travel times (no communication)."""
+        domain, xp, slowness, precision = self.domain, self.xp, self.slowness, self.precision
+        seed_idx = _seed_indices(seeds, domain.dims)
         g = domain.ghost
         for gid in domain.blocks_of(self.rank):
             b = domain.block(gid)
@@ -191,11 +251,6 @@ class EikonalSolver:
                          if d[a] != 0 and sum(x != 0 for x in d) == 1]
                 tiles = _cpu.ActiveTiles if isinstance(T, np.ndarray) else _gpu.ActiveTiles
                 self._tiles[gid] = tiles(b.padded_shape, faces)
-        self._halo = HaloExchange(domain, comm, timeout=timeout)
-        # Set up the exchange now, for both buffers of the ping-pong, so that ranks that
-        # disagree fail here and the iteration loop makes no set-up transfers.
-        self._halo.exchange(self._T)
-        self._halo.exchange(self._out)
 
     def step(self, profile: StageTimer | None = None) -> float:
         """One iteration: halo exchange, then `local_iters` sweeps per block.
@@ -206,11 +261,19 @@ class EikonalSolver:
         """
         prof = profile or _NO_PROFILE
         with prof.stage("halo"):
-            self._halo.exchange(self._T)
-            for tiles in self._tiles.values():
-                tiles.refilled()
+            self.refresh_ghosts()
         with prof.stage("eikonal"):
             return self._sweep()
+
+    def refresh_ghosts(self) -> None:
+        """Fill the ghost layers of :attr:`blocks` with the neighbours' current values.
+
+        A halo exchange (collective). Every :meth:`step` begins with one; call it after
+        the last step to read padded blocks whose ghosts hold the newest iterate.
+        """
+        self._halo.exchange(self._T)
+        for tiles in self._tiles.values():
+            tiles.refilled()
 
     def _sweep(self) -> float:
         change = 0.0
@@ -226,21 +289,30 @@ class EikonalSolver:
             change = arrays.scalar_to_host(self.xp.max(self.xp.concatenate(dev)))
         elif dev:
             change = max(dev)
-        if self.comm is not None:
-            from mpi4py import MPI
-
-            change = self.comm.allreduce(change, op=MPI.MAX)
+        change = self._coll.allreduce(change, "max")
         self.iteration += 1
         return change
 
-    def run(self, tol: float = 0.0, max_iter: int | None = None) -> Iterator[Iterate]:
+    def run(self, tol: float = 0.0, max_iter: int | None = None, *,
+            on_limit: str = "raise") -> Iterator[Iterate]:
         """Iterate until a step changes nothing by more than `tol`; yield after each step.
+
+        Parameters
+        ----------
+        tol : float
+        max_iter : int, optional
+            Most steps since the solver was made (default: 10 times the sum of the dims).
+        on_limit : {"raise", "stop"}
+            After `max_iter` steps without convergence: raise, or end with the iterate
+            reached (an approximation from above: travel times only decrease).
 
         Raises
         ------
         RuntimeError
-            `max_iter` steps passed without convergence.
+            `max_iter` steps passed without convergence and `on_limit` is ``"raise"``.
         """
+        if on_limit not in ("raise", "stop"):
+            raise ValueError(f"eikonal: on_limit must be 'raise' or 'stop', got {on_limit!r}")
         limit = max_iter if max_iter is not None else 10 * sum(self.domain.dims)
         while True:
             change = self.step()
@@ -248,12 +320,14 @@ class EikonalSolver:
             if change <= tol:
                 return
             if self.iteration >= limit:
+                if on_limit == "stop":
+                    return
                 raise RuntimeError(f"eikonal: no convergence after {self.iteration} iterations "
                                    f"(last change {change:.3e} > tol {tol:.3e})")
 
-    def solve(self, tol: float = 0.0, max_iter: int | None = None) -> int:
-        """Run to convergence; return the number of iterations."""
-        for _ in self.run(tol, max_iter):
+    def solve(self, tol: float = 0.0, max_iter: int | None = None, *, on_limit: str = "raise") -> int:
+        """Run to convergence (as :meth:`run`); return the number of iterations."""
+        for _ in self.run(tol, max_iter, on_limit=on_limit):
             pass
         return self.iteration
 
@@ -302,7 +376,14 @@ class EikonalSolver:
         return out
 
     def close(self) -> None:
+        """Release the halo exchange's resources."""
         self._halo.close()
+
+    def __enter__(self) -> "EikonalSolver":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def solve(speed, seeds, spacing: Sequence[float] = (1.0, 1.0, 1.0), *, tol: float = 0.0,
@@ -368,11 +449,32 @@ def _block_speed(speed, domain: Domain, gid: int) -> np.ndarray:
         if tuple(sp.shape) != domain.dims:
             raise ValueError(f"speed: array has shape {tuple(sp.shape)}, the grid is {domain.dims}")
         sp = arrays.to_host(sp[box])
-    sp = np.asarray(sp, dtype=np.float64)
-    if not np.isfinite(sp).all() or not (sp > 0).all():
-        what = "NaN" if np.isnan(sp).any() else "inf" if np.isinf(sp).any() else "values <= 0"
+    return _checked_speed(np, np.asarray(sp, dtype=np.float64), gid)
+
+
+def _checked_speed(xp, sp, gid: int):
+    """`sp` (float64, of `xp`), once it is known finite and > 0 (on the device: one scalar read)."""
+    read = arrays.scalar_to_host  # host values uncounted, device ones counted as scalar reads
+    ok = xp.isfinite(sp) & (sp > 0)
+    if not read(ok.all()):
+        bad = sp[~ok]
+        what = "NaN" if read(xp.isnan(bad).any()) else "inf" if read(xp.isinf(bad).any()) else "values <= 0"
         raise ValueError(f"speed: must be finite and > 0 everywhere; found {what} in block {gid}")
     return sp
+
+
+def _mapped_speed(xp, speeds: Mapping, domain: Domain, gid: int):
+    """(block `gid`'s speeds from a mapping of this rank's blocks, whether they are on
+    the device): a device array stays where it is when `xp` is not NumPy."""
+    shape = domain.block(gid).shape
+    if gid not in speeds:
+        raise ValueError(f"speed: no array for block {gid}; the mapping has blocks {sorted(speeds)}")
+    sp = arrays.asarray(speeds[gid], name=f"speed[{gid}]")
+    if tuple(sp.shape) != shape:
+        raise ValueError(f"speed: the array of block {gid} has shape {tuple(sp.shape)}, the block is {shape}")
+    if xp is not np and arrays.is_device_array(sp):
+        return _checked_speed(xp, sp.astype(np.float64, copy=False), gid), True
+    return _checked_speed(np, np.asarray(arrays.to_host(sp), np.float64), gid), False
 
 
 def _is_model(speed) -> bool:
@@ -384,6 +486,8 @@ def _setup_speed(xp, speed, domain: Domain, gid: int):
     """(block `gid`'s speeds, whether they are on the device): a model is evaluated with
     `xp`'s arrays when `xp` is not NumPy, falling back to the host for a model that only
     takes NumPy arrays (TypeError)."""
+    if isinstance(speed, Mapping):
+        return _mapped_speed(xp, speed, domain, gid)
     if xp is not np and _is_model(speed):
         try:
             return _block_speed_on(xp, speed, domain, gid), True
@@ -401,14 +505,7 @@ def _block_speed_on(xp, model, domain: Domain, gid: int):
     sp = model(x[:, None, None], y[None, :, None], z[None, None, :])
     if arrays.backend_of(sp) != arrays.backend_of(x):  # a model that made a host array
         sp = up(np.asarray(sp))
-    sp = xp.broadcast_to(sp.astype(np.float64, copy=False), b.shape)
-    ok = xp.isfinite(sp) & (sp > 0)
-    if not arrays.scalar_to_host(ok.all()):
-        bad = sp[~ok]
-        what = ("NaN" if arrays.scalar_to_host(xp.isnan(bad).any()) else
-                "inf" if arrays.scalar_to_host(xp.isinf(bad).any()) else "values <= 0")
-        raise ValueError(f"speed: must be finite and > 0 everywhere; found {what} in block {gid}")
-    return sp
+    return _checked_speed(xp, xp.broadcast_to(sp.astype(np.float64, copy=False), b.shape), gid)
 
 
 def _seed_indices(seeds, dims) -> list[tuple[int, int, int]]:
