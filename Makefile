@@ -44,7 +44,10 @@ capi: system venv
 # For the GPU machine, which has its own Python environment (CuPy, CUDA bindings, the
 # package installed there) and no .venv: uses whatever `python3` is on PATH.
 # tests/gpu is excluded from the default run by norecursedirs in pyproject.toml.
+# The runtime finds kernels, GL contexts and colormaps through entry points (insitu/plugins.py):
+# the machine's Python needs this project's metadata, installed offline from the tree.
 gpu-test:
+	PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e .
 	python3 -m pytest -q tests/gpu
 
 clean:

@@ -44,9 +44,15 @@ def test_filter_on_device_fields_equals_eikonal_solver_without_host_copies(speed
     dom = Domain.create(DIMS, blocks=(2, 2, 1), spacing=(H,) * 3)
     s = 1 + np.random.default_rng(4).random(DIMS)
     domains, real = block_domains(dom, s, cp)
-    with insitu.no_host_transfers(allow_scalars=True) as c:
+    with insitu.count_transfers() as c:
         ours = eikonal(domains, speed)
-    assert c.calls == 0 and c.scalar_reads > 0  # the per-step convergence test reads one scalar
+    # No field data crosses: the only uploads are the halo exchange's set-up tables (its
+    # copy plan and pointer tables, 1.6 KB here, made once per solver), nothing comes back,
+    # and the per-step convergence test reads one scalar.
+    st = c.stats
+    smallest = min(d.fields["s"].values.nbytes for d in domains)
+    assert st.d2h_calls == 0 and st.h2d_calls <= 3 and st.h2d_bytes < smallest // 20, st
+    assert st.scalar_reads > 0
     assert all(isinstance(T, cp.ndarray) for T in ours)
     with EikonalSolver(dom, s if speed == "s" else np.full(DIMS, 2.5), [(6, 8, 10)], xp=cp) as solver:
         solver.solve()
