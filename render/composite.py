@@ -34,11 +34,12 @@ the visibility order, not ranks: at each round the partners hold partial images 
 adjacent intervals of the order and combine them front to back. Depth mode runs the
 same schedule in rank order, which is how ties go to the lower rank.
 
-Transports: NumPy images move with buffer-based ``Isend``/``Irecv`` (no pickling).
-CuPy images move with NCCL ``send``/``recv`` inside ``groupStart``/``groupEnd`` when
-every rank has its own GPU (no host copies); otherwise by MPI, directly where the MPI
-is CUDA-aware, else staged through :func:`insitu.arrays.to_host`/``to_device``
-(counted).
+Transports: the strips move over :mod:`insitu.transports`, chosen per pair of ranks
+as for the halo exchange: ranks sharing a GPU copy straight out of each other's
+memory (CUDA IPC), GPUs of one node that reach each other peer-to-peer (p2p), other
+GPUs over NCCL, host (NumPy) images over MPI; none of the device paths stages
+through the host. Only MPI forced onto device images stages, where the MPI is not
+CUDA-aware (counted by :func:`insitu.arrays.count_transfers`).
 """
 
 from __future__ import annotations
@@ -46,22 +47,23 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any, Sequence
+import warnings
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from insitu import arrays
 from insitu.errors import MismatchError
-from insitu.transports.base import PeerInfo, wait_requests, wait_stream
+from insitu.transports import PeerInfo, allgather_object, check_override, choose_peers, nccl_available
+
+from . import _compositor
 
 __all__ = ["METHODS", "composite", "depth_composite", "over_composite", "plan_rounds"]
 
 METHODS = ("auto", "direct-send", "binary-swap", "radix-k")
 MODES = ("depth", "over")
 
-_TAG = 7400  # this module's MPI tags: _TAG + 2 * phase + (0 colour, 1 depth)
 _RADIX = 4  # largest group of radix-k: bigger groups mean more, smaller messages per round
-_nccl_comms: dict[tuple, Any] = {}  # (world ranks of the communicator, device) -> NcclCommunicator
 
 
 # --------------------------------------------------------------------------- per-pixel operators
@@ -277,121 +279,6 @@ def plan_rounds(nranks: int, method: str = "auto", order: Sequence[int] | None =
     }
 
 
-# --------------------------------------------------------------------------- transports
-
-
-class _MPIExchange:
-    """Buffer-based Isend/Irecv; device buffers staged through the counted gateway
-    unless the MPI is CUDA-aware."""
-
-    name = "mpi"
-
-    def __init__(self, comm, deadline: float, on_device: bool, cuda_aware: bool) -> None:
-        self.comm, self.deadline = comm, deadline
-        self.on_device = on_device
-        self.staged = on_device and not cuda_aware
-        if on_device:
-            self.name = "mpi-staged" if self.staged else "mpi-cuda-aware"
-
-    def exchange(self, sends, recvs, phase: int, what: str) -> None:
-        """Send/receive lists of (peer rank, fragment); returns when all are done."""
-        if self.on_device:
-            import cupy
-
-            # MPI reads device memory outside CUDA's stream order: the strips must be ready.
-            cupy.cuda.get_current_stream().synchronize()
-        reqs, peers, landing = [], [], []
-        for peer, frag in recvs:
-            for kind, a in _parts(frag):
-                buf = arrays.pinned_empty(a.shape, a.dtype) if self.staged else a
-                if self.staged:
-                    landing.append((buf, a))
-                reqs.append(self.comm.Irecv(buf, source=peer, tag=_TAG + 2 * phase + kind))
-                peers.append(peer)
-        for peer, frag in sends:
-            for kind, a in _parts(frag):
-                buf = arrays.to_host(a, out=arrays.pinned_empty(a.shape, a.dtype)) if self.staged else a
-                reqs.append(self.comm.Isend(buf, dest=peer, tag=_TAG + 2 * phase + kind))
-                peers.append(peer)
-        wait_requests(reqs, peers, self.deadline, what)
-        for host, dev in landing:
-            arrays.to_device(host, out=dev)
-        if landing:
-            import cupy
-
-            # Copies out of pinned memory are asynchronous: keep the buffers alive until done.
-            cupy.cuda.get_current_stream().synchronize()
-
-    def finish(self, what: str) -> None:
-        """Everything is complete when exchange returns."""
-
-
-class _NCCLExchange:
-    """Grouped NCCL send/recv on the current stream: stream-ordered, no host copies."""
-
-    name = "nccl"
-
-    def __init__(self, nccl_comm, deadline: float) -> None:
-        import cupy
-
-        self.c, self.deadline = nccl_comm, deadline
-        self.stream = cupy.cuda.get_current_stream()
-
-    def exchange(self, sends, recvs, phase: int, what: str) -> None:
-        from cupy.cuda import nccl
-
-        nccl.groupStart()
-        try:
-            # Between two ranks NCCL matches in issue order: both sides list colour, then depth.
-            for peer, frag in sends:
-                for _, a in _parts(frag):
-                    self.c.send(a.data.ptr, a.nbytes, nccl.NCCL_UINT8, peer, self.stream.ptr)
-            for peer, frag in recvs:
-                for _, a in _parts(frag):
-                    self.c.recv(a.data.ptr, a.nbytes, nccl.NCCL_UINT8, peer, self.stream.ptr)
-        finally:
-            nccl.groupEnd()
-
-    def finish(self, what: str) -> None:
-        # Poll instead of synchronizing, so a peer that died mid-way is an error, not a hang.
-        wait_stream(self.stream, self.deadline, what, on_timeout=self._abort)
-
-    def _abort(self) -> None:
-        for k in [k for k, v in _nccl_comms.items() if v is self.c]:
-            del _nccl_comms[k]
-        try:
-            self.c.abort()
-        except Exception:
-            pass
-
-
-def _parts(frag):
-    return [(kind, a) for kind, a in enumerate(frag) if a is not None and a.size]
-
-
-def _world_key(comm) -> tuple:
-    from mpi4py import MPI
-
-    return tuple(MPI.Group.Translate_ranks(comm.Get_group(), list(range(comm.size)), MPI.COMM_WORLD.Get_group()))
-
-
-def _build_nccl(comm):
-    """One NCCL communicator over all ranks of `comm` (NCCL rank = MPI rank), cached.
-
-    Called on every rank after the ranks agreed to use NCCL, so the broadcast of the
-    unique id cannot wait for an absent rank.
-    """
-    import cupy
-    from cupy.cuda import nccl
-
-    key = (_world_key(comm), cupy.cuda.Device().id)
-    if key not in _nccl_comms:
-        uid = nccl.get_unique_id() if comm.rank == 0 else None  # bytes or a tuple by CuPy version
-        uid = comm.bcast(uid, root=0)
-        _nccl_comms[key] = nccl.NcclCommunicator(comm.size, uid, comm.rank)
-    return _nccl_comms[key]
-
-
 # --------------------------------------------------------------------------- agreement
 
 
@@ -436,29 +323,50 @@ def _nccl_kind(nccl) -> str:
     return "given"
 
 
-def _agree(comm, rgba, depth, mode, method, order, root, nccl, deadline) -> list[dict]:
-    """Check with every rank that all call alike; raise the same error on every rank."""
+def _override_problem(transport) -> str | None:
+    try:
+        check_override(transport)
+    except ValueError as e:
+        return str(e)
+    if isinstance(transport, Mapping) and not all(isinstance(p, (int, np.integer)) for p in transport):
+        return f"transport= maps peer ranks (int) to names, got keys {sorted(map(repr, transport))}"
+    return None
+
+
+def _override_sig(transport) -> Any:
+    return transport if transport is None or isinstance(transport, str) else "per-peer"
+
+
+def _agree(comm, rgba, depth, mode, method, order, root, transport, nccl, cached: bool, deadline) -> list[dict]:
+    """Check with every rank that all call alike; raise the same error on every rank.
+
+    Deadline-bounded throughout: a rank that comes late, after the others gave up,
+    times out here too instead of waiting for a collective they left.
+    """
     size = comm.size
     try:
         order_l = None if order is None else [int(r) for r in order]
     except (TypeError, ValueError):
         order_l = repr(order)  # reported as a problem; whatever it is may not pickle
     on_device = arrays.is_device_array(rgba)
+    problem = (_local_problem(rgba, depth, mode, method, order_l, root, size) or _override_problem(transport)
+               or _nccl_problem(nccl, comm))
     mine = {
-        "problem": _local_problem(rgba, depth, mode, method, order_l, root, size) or _nccl_problem(nccl, comm),
+        "problem": problem,
         "image": _describe(rgba, depth),
         "mode": mode, "method": method, "order": order_l, "root": root, "nccl": _nccl_kind(nccl),
+        "transport": _override_sig(transport),
+        "override": None if problem else transport if transport is None or isinstance(transport, str)
+        else {int(p): n for p, n in transport.items()},
         "peer": PeerInfo.here(comm.rank, "cupy" if on_device else "numpy"),
-        "nccl_ok": on_device and _nccl_usable(),
-        "cuda_aware": on_device and _cuda_aware(),
+        "nccl_ok": on_device and nccl_available(),
+        "cached": cached,
     }
-    # An absent rank times out here instead of hanging the allgather.
-    wait_requests([comm.Ibarrier()], [None], deadline, f"composite on rank {comm.rank} (waiting for every rank)")
-    everyone = comm.allgather(mine)
+    everyone = allgather_object(comm, mine, deadline, f"composite on rank {comm.rank} (waiting for every rank)")
     for r, theirs in enumerate(everyone):
         if theirs["problem"]:
             raise ValueError(f"composite: rank {r}: {theirs['problem']}")
-    for name in ("mode", "method", "root", "order", "nccl", "image"):
+    for name in ("mode", "method", "root", "order", "nccl", "transport", "image"):
         for r, theirs in enumerate(everyone):
             if theirs[name] != mine[name]:
                 show = str if name == "image" else repr
@@ -470,43 +378,7 @@ def _agree(comm, rgba, depth, mode, method, order, root, nccl, deadline) -> list
 
 
 _WHAT = {"image": "image shape and dtype", "mode": "mode", "method": "method", "root": "root",
-         "order": "visibility order", "nccl": "kind of nccl= argument"}
-
-
-def _nccl_usable() -> bool:
-    from insitu.transports.nccl import nccl_available
-
-    return nccl_available()
-
-
-def _cuda_aware() -> bool:
-    from insitu.transports.mpi import mpi_cuda_aware
-
-    return mpi_cuda_aware()
-
-
-def _choose_transport(comm, everyone, nccl, deadline):
-    """Same choice on every rank: it depends only on what every rank told."""
-    on_device = everyone[0]["peer"].backend == "cupy"
-    if comm.size == 1:
-        xch = _MPIExchange(comm, deadline, False, cuda_aware=False)
-        xch.name = "local"  # nothing moves
-        return xch
-    if not on_device:
-        return _MPIExchange(comm, deadline, False, cuda_aware=False)
-    if nccl is not None and not isinstance(nccl, bool):
-        return _NCCLExchange(nccl, deadline)
-    gpus = [(e["peer"].host, e["peer"].device) for e in everyone]
-    # NCCL refuses two ranks on one GPU.
-    possible = all(e["nccl_ok"] for e in everyone) and len(set(gpus)) == len(gpus)
-    if nccl is True and not possible:
-        raise ValueError(
-            "composite: nccl=True needs NCCL in CuPy on every rank and one GPU per rank; "
-            f"ranks' GPUs (host, PCI bus): {gpus}"
-        )
-    if possible and nccl is not False:
-        return _NCCLExchange(_build_nccl(comm), deadline)
-    return _MPIExchange(comm, deadline, True, cuda_aware=all(e["cuda_aware"] for e in everyone))
+         "order": "visibility order", "nccl": "kind of nccl= argument", "transport": "transport="}
 
 
 def _nccl_problem(c, comm) -> str | None:
@@ -524,72 +396,61 @@ def _nccl_problem(c, comm) -> str | None:
     return None
 
 
-# --------------------------------------------------------------------------- the reduction
+def _pairs(plan: _Plan, root: int) -> set[tuple[int, int]]:
+    """Every pair of ranks (low, high) the schedule makes talk."""
+    out = {(plan.order[s], plan.order[r]) for s, r in plan.folds}
+    for t in range(len(plan.radices)):
+        for v in range(len(plan.active)):
+            out |= {(plan.rank_of(v), plan.rank_of(m)) for m in plan.group(v, t)[0] if m != v}
+    out |= {(plan.rank_of(u), root) for u in range(len(plan.active)) if plan.rank_of(u) != root}
+    return {(min(p), max(p)) for p in out}
 
 
-def _rows(frag, lo: int, hi: int):
-    return tuple(None if a is None else a[lo:hi] for a in frag)
+def _pair_names(everyone: list[dict], plan: _Plan, root: int) -> dict[tuple[int, int], str]:
+    """The transport of every pair that talks, worked out alike on every rank (from what
+    every rank told), so that a choice no pair can use fails on every rank."""
+    infos = [e["peer"] for e in everyone]
+    names = {}
+    for a, b in sorted(_pairs(plan, root)):
+        ends = [choose_peers(infos[x], [y], infos, everyone[x]["override"], persistent=True)[y]
+                for x, y in ((a, b), (b, a))]
+        if ends[0] != ends[1]:
+            raise MismatchError(f"composite: rank {a} chose transport {ends[0]!r} for rank {b}, rank {b} chose "
+                                f"{ends[1]!r} for rank {a}; both ends of a pair must choose the same")
+        problem = _pair_problem(ends[0], a, b, everyone)
+        if problem:
+            raise ValueError(f"composite: {problem}")
+        names[a, b] = ends[0]
+    return names
 
 
-def _empty_rows(frag, n: int):
-    xp = arrays.get_array_module(frag[0])
-    return tuple(None if a is None else xp.empty((n, *a.shape[1:]), a.dtype) for a in frag)
+def _pair_problem(name: str, a: int, b: int, everyone: list[dict]) -> str | None:
+    pa, pb = everyone[a]["peer"], everyone[b]["peer"]
+    if name != "mpi" and pa.backend != "cupy":
+        return f"transport {name!r} moves device arrays; host (NumPy) images move over 'mpi'"
+    if name in ("ipc", "p2p") and pa.host != pb.host:
+        return f"transport {name!r} needs ranks {a} and {b} on one node; they run on {pa.host} and {pb.host}"
+    if name == "nccl":
+        if not (everyone[a]["nccl_ok"] and everyone[b]["nccl_ok"]):
+            return f"transport 'nccl' needs NCCL in CuPy on ranks {a} and {b}"
+        if (pa.host, pa.device) == (pb.host, pb.device):
+            return (f"transport 'nccl' needs one GPU per rank of a pair; ranks {a} and {b} share GPU "
+                    f"{pa.device} of {pa.host}")
+    return None
 
 
-def _merge(pieces, d: int, ops) -> None:
-    """Reduce `pieces` (front to back) into ``pieces[d]``, the strip this rank keeps."""
-    into_front, into_back = ops
-    if d > 0:
-        front = pieces[0]  # a receive buffer: free to overwrite
-        for p in pieces[1:d]:
-            into_front(front, p)
-        into_back(front, pieces[d])
-    for p in pieces[d + 1:]:
-        into_front(pieces[d], p)
+# --------------------------------------------------------------------------- the call
 
 
-def _fold(plan, pos, work, xch, ops, h, what) -> None:
-    for s, r in plan.folds:
-        if pos == s:
-            xch.exchange([(plan.order[r], work)], [], 0, what)
-        elif pos == r:
-            back = _empty_rows(work, h)
-            xch.exchange([], [(plan.order[s], back)], 0, what)
-            ops[0](work, back)
+def _world_key(comm) -> tuple:
+    from mpi4py import MPI
 
-
-def _rounds(plan, v, work, xch, ops, h, what) -> None:
-    for t, (cuts, d) in enumerate(plan.strips(v, h)):
-        members, _ = plan.group(v, t)
-        ranks = [plan.rank_of(m) for m in members]
-        lo, hi = cuts[d], cuts[d + 1]
-        sends = [(ranks[j], _rows(work, cuts[j], cuts[j + 1])) for j in range(len(ranks))
-                 if j != d and cuts[j + 1] > cuts[j]]
-        pieces = [_rows(work, lo, hi) if j == d else _empty_rows(work, hi - lo) for j in range(len(ranks))]
-        recvs = [(ranks[j], pieces[j]) for j in range(len(ranks)) if j != d and hi > lo]
-        xch.exchange(sends, recvs, 1 + t, what)
-        if hi > lo:
-            _merge(pieces, d, ops)
-
-
-def _gather(plan, rank, root, v, work, xch, h, what) -> None:
-    phase = 1 + len(plan.radices)
-    if rank == root:
-        recvs = []
-        for u in range(len(plan.active)):
-            lo, hi = plan.final_rows(u, h)
-            if plan.rank_of(u) != root and hi > lo:
-                recvs.append((plan.rank_of(u), _rows(work, lo, hi)))
-        xch.exchange([], recvs, phase, what)
-    elif v is not None:
-        lo, hi = plan.final_rows(v, h)
-        if hi > lo:
-            xch.exchange([(root, _rows(work, lo, hi))], [], phase, what)
+    return tuple(MPI.Group.Translate_ranks(comm.Get_group(), list(range(comm.size)), MPI.COMM_WORLD.Get_group()))
 
 
 def composite(rgba, depth=None, *, comm, order: Sequence[int] | None = None, root: int = 0,
-              method: str = "auto", mode: str = "depth", nccl: Any = None, timeout: float = 60.0,
-              info: dict | None = None):
+              method: str = "auto", mode: str = "depth", transport: str | Mapping[int, str] | None = None,
+              nccl: Any = None, timeout: float = 60.0, info: dict | None = None):
     """Composite every rank's image into one at `root` (sort-last).
 
     Parameters
@@ -608,14 +469,23 @@ def composite(rgba, depth=None, *, comm, order: Sequence[int] | None = None, roo
         Rank that receives the result.
     method : {"auto", "direct-send", "binary-swap", "radix-k"}
     mode : {"depth", "over"}
-    nccl : None, bool or NCCL communicator, optional
-        CuPy images only. ``None``: NCCL when every rank has its own GPU, else MPI;
-        ``True``: NCCL or an error; ``False``: MPI; a ``cupy.cuda.nccl.NcclCommunicator``
-        over the ranks of `comm` (NCCL rank = MPI rank): use it.
+    transport : str or dict, optional
+        How images move between two ranks, as for the halo exchange
+        (:mod:`insitu.transports`): ``None`` chooses per pair (same GPU: ``"ipc"``;
+        GPUs of one node that reach each other: ``"p2p"``; other GPUs: ``"nccl"``;
+        host images: ``"mpi"``); a name forces it for every pair; ``{peer_rank: name}``
+        for some peers (both ends of a pair must name the same).
+    nccl : NCCL communicator, optional
+        CuPy images only: a ``cupy.cuda.nccl.NcclCommunicator`` over the ranks of
+        `comm` (NCCL rank = MPI rank) for the ``"nccl"`` transport to use instead of
+        its own; without `transport`, every pair uses it. ``True``/``False`` are
+        deprecated: they mean ``transport="nccl"``/``"mpi"``.
     timeout : float
         Seconds to wait for the other ranks before :class:`PeerTimeoutError`.
     info : dict, optional
-        Filled with the ``method``, ``radices``, ``folds`` and ``transport`` used.
+        Filled with the ``method``, ``radices``, ``folds``, ``transport`` (the
+        transports this rank used, ``"+"``-joined; ``"local"`` on one rank) and
+        ``transports`` (``{peer: name}``) used.
 
     Returns
     -------
@@ -627,43 +497,81 @@ def composite(rgba, depth=None, *, comm, order: Sequence[int] | None = None, roo
     ValueError
         On every rank, naming the rank at fault: shapes or dtypes differ across ranks
         (:class:`insitu.MismatchError`), `order` is not a permutation of the ranks,
-        depth missing for ``mode="depth"``.
+        depth missing for ``mode="depth"``, a transport the pair cannot use.
     PeerTimeoutError
         A rank did not take part within `timeout` (:class:`insitu.PeerTimeoutError`).
+
+    Notes
+    -----
+    Each configuration (communicator, image shape and dtypes, mode, method, order,
+    root, transports) keeps its exchange area and open transports between calls, so
+    repeated calls (one per frame) set nothing up again.
     """
     deadline = time.monotonic() + float(timeout)
     rgba = arrays.asarray(rgba, name="composite: rgba")
     depth = None if depth is None else arrays.asarray(depth, name="composite: depth")
+    if isinstance(nccl, bool):
+        warnings.warn("composite: nccl=True/False is deprecated; pass transport='nccl' (for True) or "
+                      "transport='mpi' (for False)", DeprecationWarning, stacklevel=2)
+    if nccl is not None and transport is None and arrays.is_device_array(rgba):  # host images: always MPI
+        transport = "mpi" if nccl is False else "nccl"
     if not arrays.is_device_array(rgba):
-        return _composite(rgba, depth, comm, order, root, method, mode, nccl, deadline, info)
+        return _composite(rgba, depth, comm, order, root, method, mode, transport, nccl, timeout, deadline, info)
     import cupy
 
-    # NCCL, the stream and the work buffers belong to the image's device.
+    # The exchange area, the stream and NCCL belong to the image's device.
     with cupy.cuda.Device(arrays.device_id(rgba)):
-        return _composite(rgba, depth, comm, order, root, method, mode, nccl, deadline, info)
+        return _composite(rgba, depth, comm, order, root, method, mode, transport, nccl, timeout, deadline, info)
 
 
-def _composite(rgba, depth, comm, order, root, method, mode, nccl, deadline, info):
-    everyone = _agree(comm, rgba, depth, mode, method, order, root, nccl, deadline)
+def _composite(rgba, depth, comm, order, root, method, mode, transport, nccl, timeout, deadline, info):
     rank, size = comm.rank, comm.size
+    given = None if nccl is None or isinstance(nccl, bool) else nccl
+    key = _config_key(comm, rgba, depth, order, root, method, mode, transport, given, timeout) if size > 1 else None
+    cache = _compositor.cache
+    everyone = _agree(comm, rgba, depth, mode, method, order, root, transport, nccl, key in cache, deadline)
     plan = _make_plan(range(size) if order is None or mode == "depth" else [int(r) for r in order], method)
-    xch = _choose_transport(comm, everyone, nccl, deadline)
     if info is not None:
-        info.update(method=plan.method, radices=list(plan.radices), transport=xch.name,
+        info.update(method=plan.method, radices=list(plan.radices), transport="local", transports={},
                     folds=[(plan.order[s], plan.order[r]) for s, r in plan.folds])
-    xp = arrays.get_array_module(rgba)
-    # Compositing happens in place: work on copies, C-contiguous so row strips are buffers.
-    work = (xp.array(rgba, order="C", copy=True), None if depth is None else xp.array(depth, order="C", copy=True))
-    h = rgba.shape[0]
-    ops = _OPS[mode]
-    pos = plan.order.index(rank)
-    v = plan.active.index(pos) if pos in plan.active else None
-    what = f"composite on rank {rank}"
-    _fold(plan, pos, work, xch, ops, h, what)
-    if v is not None:
-        _rounds(plan, v, work, xch, ops, h, what)
-    _gather(plan, rank, root, v, work, xch, h, what)
-    xch.finish(what)
+    if size == 1:
+        xp = arrays.get_array_module(rgba)
+        out = (xp.array(rgba, order="C", copy=True), None if depth is None else xp.array(depth, order="C", copy=True))
+        return out if mode == "depth" else out[0]
+    names = _pair_names(everyone, plan, root)
+    comp = cache.get(key) if all(e["cached"] for e in everyone) else None
+    if comp is None:
+        # Built together: every rank either reuses its configuration or builds anew.
+        _compositor.drop(key)
+        mine = {b if a == rank else a: n for (a, b), n in names.items() if rank in (a, b)}
+        comp = _compositor.Compositor(comm, plan, root, _compositor.Layout.of(rgba, depth), rgba.shape[0],
+                                      arrays.backend_of(rgba), mine, [e["peer"] for e in everyone], timeout, given,
+                                      deadline)
+        cache[key] = comp
+        while len(cache) > _compositor.CACHE_SIZE:
+            _compositor.drop(next(iter(cache)))
+    cache.move_to_end(key)
+    if info is not None:
+        info.update(transport=comp.label, transports=dict(comp.names))
+    try:
+        comp.run(rgba, depth, _OPS[mode], deadline)
+    except BaseException:
+        _compositor.drop(key, failed=True)  # its transports may wait for what a peer never sends
+        raise
     if rank != root:
         return None
-    return work if mode == "depth" else work[0]
+    out = tuple(None if a is None else a.copy() for a in comp.work)  # the area is reused by the next call
+    return out if mode == "depth" else out[0]
+
+
+def _config_key(comm, rgba, depth, order, root, method, mode, transport, given, timeout) -> tuple:
+    """What a kept configuration must match; arguments the agreement will refuse give
+    some key too (a repr), so that they reach the agreement."""
+    try:
+        order_k = None if order is None or mode == "depth" else tuple(int(r) for r in order)
+    except (TypeError, ValueError):
+        order_k = repr(order)
+    transport_k = transport if transport is None or isinstance(transport, str) else repr(transport)
+    return (_world_key(comm), arrays.backend_of(rgba), arrays.device_id(rgba), tuple(rgba.shape), str(rgba.dtype),
+            None if depth is None else str(depth.dtype), mode, method, order_k, repr(root), transport_k,
+            None if given is None else id(given), float(timeout))

@@ -5,7 +5,8 @@ import pytest
 from mpi4py import MPI
 
 from insitu import MismatchError
-from render.composite import _make_plan, composite, depth_composite, over_composite, plan_rounds
+from render._compositor import Layout
+from render.composite import _make_plan, _pairs, composite, depth_composite, over_composite, plan_rounds
 
 MPI_ENV = {"NUMBA_NUM_THREADS": "1"}  # several ranks on 2 cores
 
@@ -151,7 +152,7 @@ def test_single_rank_returns_a_copy():
     info = {}
     out = composite(c, comm=MPI.COMM_SELF, mode="over", info=info)
     np.testing.assert_array_equal(out, c)
-    assert info["transport"] == "local" and info["method"] == "none"
+    assert info["transport"] == "local" and info["method"] == "none" and info["transports"] == {}
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -166,10 +167,65 @@ def test_single_rank_returns_a_copy():
     (dict(mode="depth", depth=np.ones((3, 2), np.float32)), r"depth must be a float array of shape \(2, 3\)"),
     (dict(mode="over", nccl=object()), "rank 0: nccl= must be a NCCL communicator with send/recv, got object"),
     (dict(mode="over", nccl=FakeNccl(rank=1, size=2)), r"the NCCL communicator's rank_id\(\) is 1, the MPI"),
+    (dict(mode="over", transport="ucx"), "rank 0: unknown transport 'ucx'; known transports: inproc, mpi, nccl"),
+    (dict(mode="over", transport="inproc"), "transport 'inproc' serves only blocks of the same rank"),
+    (dict(mode="over", transport={"1": "mpi"}), r"transport= maps peer ranks \(int\) to names, got keys \[\"'1'\"\]"),
+    (dict(mode="over", transport=3), "transport must be a name or a {peer rank: name} mapping, got int"),
 ])
 def test_argument_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         composite(rgba(0, 0, 0, 1), comm=MPI.COMM_SELF, **kwargs)
+
+
+def test_nccl_booleans_are_deprecated_and_ignored_for_host_images():
+    info = {}
+    with pytest.warns(DeprecationWarning, match=r"nccl=True/False is deprecated; pass transport='nccl' \(for True\)"):
+        out = composite(rgba(0.1, 0.2, 0.3, 0.4), comm=MPI.COMM_SELF, mode="over", nccl=True, info=info)
+    np.testing.assert_array_equal(out, rgba(0.1, 0.2, 0.3, 0.4))
+    assert info["transport"] == "local"
+
+
+@pytest.mark.parametrize("cdtype,ddtype,channels", [
+    (np.float32, np.float32, 4), (np.float64, np.float32, 4), (np.float32, np.float64, 3), (np.float16, np.float64, 1),
+    (np.float32, None, 4),
+])
+def test_layout_keeps_colour_and_depth_of_a_row_band_in_one_segment(cdtype, ddtype, channels):
+    h, w = 7, 5
+    rng = np.random.default_rng(3)
+    c = rng.random((h, w, channels) if channels > 1 else (h, w)).astype(cdtype)
+    d = None if ddtype is None else rng.random((h, w)).astype(ddtype)
+    lay = Layout.of(c, d)
+    assert lay.rowbytes % max(np.dtype(cdtype).itemsize, np.dtype(ddtype or cdtype).itemsize) == 0
+    area = np.zeros(lay.rowbytes * (h + 3), np.uint8)
+    wc, wd = lay.frag(area, 0, h)
+    wc[...] = c
+    if d is not None:
+        wd[...] = d
+    np.testing.assert_array_equal(wc, c)  # colour and depth do not overlap
+    if d is not None:
+        np.testing.assert_array_equal(wd, d)
+    # Rows 2..5 moved as one segment land as rows 2..5 of a fragment elsewhere in the area.
+    lay.segment(area, h, 3)[...] = lay.segment(area, 2, 3)
+    bc, bd = lay.frag(area, h, 3)
+    np.testing.assert_array_equal(bc, c[2:5])
+    if d is not None:
+        np.testing.assert_array_equal(bd, d[2:5])
+    assert lay.segment(area, 2, 3).flags.c_contiguous and lay.segment(area, 2, 3).nbytes == 3 * lay.rowbytes
+
+
+@pytest.mark.parametrize("method", ["direct-send", "binary-swap", "radix-k"])
+@pytest.mark.parametrize("n", [2, 3, 5, 6, 8, 12])
+def test_pairs_are_every_pair_the_schedule_makes_talk(method, n):
+    order = list(np.random.default_rng(n).permutation(n))
+    plan = _make_plan(order, method)
+    root = n - 1
+    pairs = _pairs(plan, root)
+    assert all(a < b for a, b in pairs)
+    assert {(min(plan.order[s], plan.order[r]), max(plan.order[s], plan.order[r])) for s, r in plan.folds} <= pairs
+    talks_to_root = {plan.rank_of(u) for u in range(len(plan.active))} - {root}
+    assert {(min(r, root), max(r, root)) for r in talks_to_root} <= pairs
+    if method == "direct-send":
+        assert len(pairs) == n * (n - 1) // 2
 
 
 def test_over_needs_rgba():
@@ -191,6 +247,16 @@ def test_distributed_equals_reference(mpi, nranks):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("args", [["--transport", "mpi", "--rgba-dtype", "float64"], ["--evict-on-rank", "1"]])
+def test_forced_transport_mixed_dtypes_and_uneven_caches_equal_reference(mpi, args):
+    # float64 colour beside float32 depth in one row; a rank that forgot its kept
+    # configurations makes every rank build anew, not wait for a set-up the others skip.
+    p = mpi(3, "composite_check.py", "--sizes", "37x53", "3x5", *args, env=MPI_ENV, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "OK ranks=3 backend=numpy" in p.stdout and "transports=['mpi'] host_transfers=0" in p.stdout
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("fault,nranks,message", [
     ("shape", 3, "composite: rank 2 has image (9, 8, 4) float32 + depth (9, 8) float32 (numpy), rank 0 has "
                  "(9, 7, 4) float32 + depth (9, 7) float32 (numpy); all ranks must pass the same image shape"),
@@ -198,6 +264,8 @@ def test_distributed_equals_reference(mpi, nranks):
     ("order", 3, "ValueError: composite: rank 0: order must be a permutation of the ranks 0..2, got [0, 0, 0]"),
     ("nodepth", 3, "ValueError: composite: rank 2: mode='depth' needs depth="),
     ("mode", 2, "composite: rank 1 has mode 'over', rank 0 has 'depth'"),
+    ("hostipc", 2, "ValueError: composite: transport 'ipc' moves device arrays; host (NumPy) images move over 'mpi'"),
+    ("peers", 2, "MismatchError: composite: rank 0 chose transport 'mpi' for rank 1, rank 1 chose 'ipc' for rank 0"),
 ])
 def test_mismatch_is_a_clear_error_on_every_rank(mpi, fault, nranks, message):
     p = mpi(nranks, "composite_check.py", "--fault", fault, env=MPI_ENV, timeout=60)
@@ -205,7 +273,7 @@ def test_mismatch_is_a_clear_error_on_every_rank(mpi, fault, nranks, message):
     for r in range(nranks):
         assert f"rank {r}: " in p.stdout and "no error" not in p.stdout, p.stdout
     assert message in p.stdout, p.stdout
-    if fault in ("shape", "dtype", "mode"):
+    if fault in ("shape", "dtype", "mode", "peers"):
         assert "MismatchError" in p.stdout and issubclass(MismatchError, ValueError)
 
 
@@ -215,3 +283,14 @@ def test_absent_rank_times_out(mpi):
     assert p.returncode == 0, p.stdout + p.stderr
     assert "rank 0: PeerTimeoutError: composite on rank 0 (waiting for every rank): some rank of the " \
            "communicator did not answer in time" in p.stdout
+
+
+@pytest.mark.mpi
+def test_rank_arriving_after_the_others_gave_up_times_out_too(mpi):
+    # Rank 0 gives up after 1 s; rank 1 calls 3 s late with 2 s to spare. What rank 0
+    # left pending (its part of the agreement) must not pair with rank 1's and leave it
+    # waiting in a collective rank 0 never enters.
+    p = mpi(2, "composite_check.py", "--fault", "late", env=MPI_ENV, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for r in (0, 1):
+        assert f"rank {r}: PeerTimeoutError: composite on rank {r} (waiting for every rank)" in p.stdout, p.stdout

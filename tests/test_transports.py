@@ -86,3 +86,46 @@ def test_p2p_refuses_host_arrays():
 
     with pytest.raises(ValueError, match="transport 'p2p' moves device arrays only; use 'mpi' for host arrays"):
         P2PTransport(TransportContext(None, 0, [], 1.0), {}, {}, np.zeros(4))
+
+
+def test_override_is_checked_and_applied_per_peer(with_nccl):
+    from insitu.transports import check_override, choose_peers
+
+    check_override(None)
+    check_override({1: "ipc", 2: "mpi"})
+    with pytest.raises(ValueError, match="transport 'inproc' serves only blocks of the same rank; for other ranks"):
+        check_override({1: "inproc"})
+    with pytest.raises(ValueError, match="unknown transport 'tcp'; known transports: inproc, mpi, nccl, ipc, p2p"):
+        check_override("tcp")
+    everyone = [info(0), info(1, host="n1"), info(2, backend="numpy")]
+    assert choose_peers(everyone[0], [1, 2], everyone) == {1: "nccl", 2: "mpi"}
+    assert choose_peers(everyone[0], [1, 2], everyone, "mpi") == {1: "mpi", 2: "mpi"}
+    assert choose_peers(everyone[0], [1, 2], everyone, {1: "ipc"}) == {1: "ipc", 2: "mpi"}
+
+
+def test_open_transports_groups_peers_by_name():
+    import numpy as np
+
+    from insitu.transports import TransportContext, open_transports
+
+    area = np.zeros(8)
+    send = {1: area[0:2], 2: area[2:4], 3: area[4:5]}
+    recv = {1: area[5:6], 3: area[6:8]}
+    ts = open_transports(TransportContext(None, 0, [], 1.0), {3: "mpi", 1: "mpi"}, send, recv, area)
+    assert [t.name for t in ts] == ["mpi"] and ts[0].peers == [1, 3]
+    assert set(ts[0].send) == {1, 3} and ts[0].recv[3] is recv[3]
+    assert ts[0].label == "mpi"  # host data: nothing staged
+
+
+def test_allgather_object_on_one_rank_round_trips_large_objects():
+    import time
+
+    import numpy as np
+    from mpi4py import MPI
+
+    from insitu.transports import allgather_object
+
+    big = {"a": np.arange(100_000), "b": "x" * 70_000}
+    (got,) = allgather_object(MPI.COMM_SELF, big, time.monotonic() + 5, "test")
+    np.testing.assert_array_equal(got["a"], big["a"])
+    assert got["b"] == big["b"]

@@ -13,16 +13,19 @@ mpi        everything else; host arrays                         device data, unl
                                                                 the MPI is CUDA-aware
 =========  ===================================================  ==================
 
-:func:`choose` gives the default for a pair; ``transport=`` on the halo exchange
-overrides it. :func:`get_transport` answers an unknown name with the known ones.
+:func:`choose` gives the default for a pair; ``transport=`` on the halo exchange (and
+on compositing) overrides it: :func:`check_override` vets such an argument and
+:func:`choose_peers` applies it. :func:`open_transports` opens the transports of one
+communication pattern. :func:`get_transport` answers an unknown name with the known ones.
 """
 
 from __future__ import annotations
 
 import collections
-from typing import Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-from .base import PeerInfo, Transport, TransportContext, alloc_area, wait_requests, wait_stream
+from .base import (PeerInfo, Transport, TransportContext, allgather_object, alloc_area, recv_object, wait_requests,
+                   wait_stream)
 from .mpi import MPITransport, mpi_cuda_aware
 from .nccl import NCCLTransport, nccl_available
 from .ipc import IPCTransport
@@ -37,11 +40,16 @@ __all__ = [
     "TRANSPORTS",
     "Transport",
     "TransportContext",
+    "allgather_object",
     "alloc_area",
+    "check_override",
     "choose",
+    "choose_peers",
     "get_transport",
     "mpi_cuda_aware",
     "nccl_available",
+    "open_transports",
+    "recv_object",
     "wait_requests",
     "wait_stream",
 ]
@@ -89,3 +97,59 @@ def choose(me: PeerInfo, peer: PeerInfo, infos: Sequence[PeerInfo] = (), *, pers
     if nccl_available() and not (same_node and shared):
         return "nccl"
     return "ipc" if same_node else "mpi"
+
+
+def check_override(override: str | Mapping[int, str] | None) -> None:
+    """Raise :class:`ValueError` for a ``transport=`` argument naming no remote transport.
+
+    `override`: ``None``, one name for every peer, or ``{peer_rank: name}``.
+    """
+    if override is None:
+        return
+    if not isinstance(override, (str, Mapping)):
+        raise ValueError(f"transport must be a name or a {{peer rank: name}} mapping, got {type(override).__name__}")
+    for name in [override] if isinstance(override, str) else override.values():
+        if name == "inproc":
+            raise ValueError("transport 'inproc' serves only blocks of the same rank; "
+                             f"for other ranks choose one of {', '.join(KNOWN[1:])}")
+        get_transport(name)  # unknown names raise with the list of known ones
+
+
+def choose_peers(me: PeerInfo, peers: Iterable[int], infos: Sequence[PeerInfo],
+                 override: str | Mapping[int, str] | None = None, *, persistent: bool = False) -> dict[int, str]:
+    """The transport for each of `peers` (ranks indexing `infos`): `override` where it
+    names one (see :func:`check_override`), else :func:`choose`."""
+    out = {}
+    for p in peers:
+        if isinstance(override, str):
+            out[p] = override
+        elif isinstance(override, Mapping) and p in override:
+            out[p] = override[p]
+        else:
+            out[p] = choose(me, infos[p], infos, persistent=persistent)
+    return out
+
+
+def open_transports(ctx: TransportContext, names: Mapping[int, str], send: Mapping[int, Any],
+                    recv: Mapping[int, Any], area, options: Mapping[str, dict] | None = None) -> list[Transport]:
+    """Open one transport per name in `names` (``{peer: name}``) for those peers' segments.
+
+    Parameters
+    ----------
+    send, recv : mapping peer -> 1-D array
+        Views into `area`, as :class:`Transport` takes them.
+    options : mapping name -> dict, optional
+        Extra keyword arguments for the transport of that name.
+
+    Every rank opens its transports in sorted name order, so the set-ups that pair
+    ranks (handles, NCCL communicators) meet in the same order on both ends.
+    """
+    by_name: dict[str, tuple[dict, dict]] = {}
+    for p, name in sorted(names.items()):
+        s, r = by_name.setdefault(name, ({}, {}))
+        if p in send:
+            s[p] = send[p]
+        if p in recv:
+            r[p] = recv[p]
+    options = options or {}
+    return [get_transport(n)(ctx, s, r, area, **options.get(n, {})) for n, (s, r) in sorted(by_name.items())]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import os
+import pickle
 import socket
 import time
 from typing import Any, Sequence
@@ -24,7 +25,8 @@ import numpy as np
 
 from ..errors import PeerTimeoutError
 
-__all__ = ["PeerInfo", "Transport", "TransportContext", "alloc_area", "recv_object", "wait_requests", "wait_stream"]
+__all__ = ["PeerInfo", "Transport", "TransportContext", "alloc_area", "allgather_object", "recv_object",
+           "wait_requests", "wait_stream"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +62,10 @@ class TransportContext:
     rank: int
     infos: Sequence[PeerInfo]
     timeout: float
+    purpose: str = "halo exchange"  # what the exchanges serve, as error messages name it
+    #: A NCCL communicator over all ranks of `comm` (NCCL rank = rank of `comm`) for the
+    #: nccl transport to use instead of building one per pair of ranks.
+    nccl: Any = None
 
 
 class Transport(abc.ABC):
@@ -90,6 +96,11 @@ class Transport(abc.ABC):
     @property
     def peers(self) -> list[int]:
         return sorted(set(self.send) | set(self.recv))
+
+    @property
+    def label(self) -> str:
+        """The name, qualified where one transport moves data in different ways."""
+        return self.name
 
     def prepare(self, deadline: float) -> None:
         """Called before packing: wait until the send segments may be overwritten."""
@@ -171,6 +182,24 @@ def wait_requests(requests: Sequence, peers: Sequence[int | None], deadline: flo
         spin += 1
         if spin > 1000:  # stay responsive for fast exchanges, stop burning a core for slow ones
             time.sleep(1e-4 if spin < 20000 else 1e-3)
+
+
+def allgather_object(comm, obj: Any, deadline: float, what: str) -> list:
+    """Every rank's `obj` (pickled), in rank order, or :class:`PeerTimeoutError` at `deadline`.
+
+    Non-blocking collectives polled until the deadline: a rank that never comes cannot
+    hang the others, and one that comes after the others gave up cannot hang either.
+    """
+    data = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+    sizes = np.empty(comm.Get_size(), np.int64)
+    wait_requests([comm.Iallgather(np.array([data.size], np.int64), sizes)], [None], deadline, what)
+    displs = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    out = np.empty(int(sizes.sum()), np.uint8)
+    from mpi4py import MPI
+
+    req = comm.Iallgatherv(data, [out, (sizes.tolist(), displs.tolist()), MPI.BYTE])
+    wait_requests([req], [None], deadline, what)
+    return [pickle.loads(out[d:d + n].tobytes()) for d, n in zip(displs, sizes)]
 
 
 def recv_object(comm, source: int, tag: int, deadline: float, what: str):

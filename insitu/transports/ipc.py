@@ -59,7 +59,7 @@ class IPCTransport(Transport):
     def prepare(self, deadline) -> None:
         pend = self._pending + self._sent
         wait_requests([r for r, _ in pend], [p for _, p in pend], deadline,
-                      f"CUDA IPC exchange on rank {self.ctx.rank} (waiting for peers to read)")
+                      f"CUDA IPC {self.ctx.purpose} on rank {self.ctx.rank} (waiting for peers to read)")
         self._pending, self._sent = [], []
 
     def start(self) -> None:
@@ -74,7 +74,7 @@ class IPCTransport(Transport):
         import cupy
 
         wait_requests([r for r, _ in self._ready], [p for _, p in self._ready], deadline,
-                      f"CUDA IPC exchange on rank {self.ctx.rank}")
+                      f"CUDA IPC {self.ctx.purpose} on rank {self.ctx.rank}")
         self._ready = []
         stream = cupy.cuda.get_current_stream()
         for p, v in self.recv.items():

@@ -74,6 +74,12 @@ class MPITransport(Transport):
         self._reqs: list = []
         self._req_peers: list[int] = []
 
+    @property
+    def label(self) -> str:
+        if not self.on_device:
+            return "mpi"
+        return "mpi-staged" if self.staged else "mpi-cuda-aware"
+
     def start(self) -> None:
         comm = self.ctx.comm
         if self.on_device:
@@ -93,7 +99,7 @@ class MPITransport(Transport):
         self._reqs, self._req_peers = reqs, peers
 
     def wait(self, deadline) -> None:
-        wait_requests(self._reqs, self._req_peers, deadline, f"MPI halo exchange on rank {self.ctx.rank}")
+        wait_requests(self._reqs, self._req_peers, deadline, f"MPI {self.ctx.purpose} on rank {self.ctx.rank}")
         self._reqs = []
         if self.staged:
             for p, h in self._hrecv.items():

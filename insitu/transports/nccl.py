@@ -5,7 +5,8 @@ ranks on a GPU, so this transport builds one two-rank communicator per pair of r
 that talk (cached for the life of the job). Pairs are initialised in one global order,
 which cannot deadlock: the smallest unfinished pair always has both ranks waiting on
 it. The unique id travels over MPI with a timeout, so a dead peer is reported rather
-than waited for.
+than waited for. A caller that has a communicator over all its ranks already passes it
+as :attr:`TransportContext.nccl <insitu.transports.TransportContext>`; it is used instead.
 """
 
 from __future__ import annotations
@@ -60,8 +61,13 @@ class NCCLTransport(Transport):
     def __init__(self, ctx, send, recv, area) -> None:
         super().__init__(ctx, send, recv, area)
         deadline = time.monotonic() + ctx.timeout
-        # Sorted peers give every rank the same global (lo, hi) order of pair set-ups.
-        self._comms = {p: _pair_comm(ctx, p, deadline) for p in self.peers}
+        if ctx.nccl is not None:
+            self._comms = {p: ctx.nccl for p in self.peers}
+            self._index = {p: p for p in self.peers}
+        else:
+            # Sorted peers give every rank the same global (lo, hi) order of pair set-ups.
+            self._comms = {p: _pair_comm(ctx, p, deadline) for p in self.peers}
+            self._index = {p: 0 if p < ctx.rank else 1 for p in self.peers}  # the peer's rank in the pair
         self._deadline = 0.0
 
     def start(self) -> None:
@@ -72,14 +78,13 @@ class NCCLTransport(Transport):
         nccl.groupStart()
         try:
             for p in self.peers:
-                c = self._comms[p]
-                peer_in_pair = 0 if p < self.ctx.rank else 1
+                c, i = self._comms[p], self._index[p]
                 if p in self.send:
                     b = self.send[p]
-                    c.send(b.data.ptr, b.nbytes, nccl.NCCL_UINT8, peer_in_pair, stream.ptr)
+                    c.send(b.data.ptr, b.nbytes, nccl.NCCL_UINT8, i, stream.ptr)
                 if p in self.recv:
                     b = self.recv[p]
-                    c.recv(b.data.ptr, b.nbytes, nccl.NCCL_UINT8, peer_in_pair, stream.ptr)
+                    c.recv(b.data.ptr, b.nbytes, nccl.NCCL_UINT8, i, stream.ptr)
         finally:
             nccl.groupEnd()
         self._deadline = time.monotonic() + self.ctx.timeout
@@ -91,11 +96,11 @@ class NCCLTransport(Transport):
         import cupy
 
         wait_stream(cupy.cuda.get_current_stream(), self._deadline,
-                    f"NCCL halo exchange on rank {self.ctx.rank} with peer(s) {self.peers}",
+                    f"NCCL {self.ctx.purpose} on rank {self.ctx.rank} with peer(s) {self.peers}",
                     on_timeout=self.abort)
 
     def abort(self) -> None:
-        for c in self._comms.values():
+        for c in {id(c): c for c in self._comms.values()}.values():  # a given communicator serves every peer
             c.abort()
         for k in [k for k, v in _pair_comms.items() if v in self._comms.values()]:
             del _pair_comms[k]

@@ -232,14 +232,14 @@ class P2PTransport(Transport):
         import cupy
 
         wait_stream(cupy.cuda.get_current_stream(), time.monotonic() + self.ctx.timeout,
-                    f"p2p halo exchange on rank {self.ctx.rank} with peer(s) {self.peers}")
+                    f"p2p {self.ctx.purpose} on rank {self.ctx.rank} with peer(s) {self.peers}")
         self.check()
 
     def check(self) -> None:
         flag = self._failed_flag
         if flag.value:
             flag.value = 0
-            raise PeerTimeoutError(f"p2p exchange on rank {self.ctx.rank}: peer(s) {self.peers} did not take "
+            raise PeerTimeoutError(f"p2p {self.ctx.purpose} on rank {self.ctx.rank}: peer(s) {self.peers} did not take "
                                    f"part within {self.ctx.timeout:g} s (dead, hung, or in another exchange)")
 
     def close(self) -> None:

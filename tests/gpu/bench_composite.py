@@ -5,10 +5,13 @@
 
 The driver starts one ``mpiexec`` job per configuration (this same file with
 ``--worker``); each job times every method and mode. One repeat = barrier, then
-``composite`` to rank 0 (which returns with the result ready: NCCL work is waited
-for), then barrier; the slowest rank's time counts. Median over ``--reps`` after
-warm-up. On the GPU rank 0 also times the call with CUDA events. Host transfers are
-the library's counted host<->device copies per call (0 on the NCCL path).
+``composite`` to rank 0 (which returns with the result ready: stream-ordered work is
+waited for), then barrier; the slowest rank's time counts. Median over ``--reps``
+after warm-up (a call before them sets the configuration's transports up). On the GPU
+rank 0 also times the call with CUDA events. Host transfers are the library's counted
+host<->device copies per call (0 on every path but staged MPI). Transports are chosen
+per pair as for the halo exchange (CUDA IPC between ranks of one GPU, p2p or NCCL
+between GPUs) unless a configuration forces one.
 ``--md FILE`` appends the Markdown table to FILE.
 """
 
@@ -83,22 +86,23 @@ def worker(args) -> None:
         events = [xp.cuda.Event(), xp.cuda.Event()]
         device = xp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     rgba, depth = make_image(comm.rank, args.size, xp)
-    nccl = {"auto": None, "on": True, "off": False}[args.nccl]
     for method in args.methods:
         for mode in MODES:
             info: dict = {}
             d = depth if mode == "depth" else None
 
             def call():
-                composite(rgba, d, comm=comm, mode=mode, method=method, nccl=nccl, info=info)
+                composite(rgba, d, comm=comm, mode=mode, method=method, transport=args.transport, info=info)
 
+            call()  # sets the configuration up (p2p uploads its flag addresses: not a per-call transfer)
             with insitu.count_transfers() as tc:
                 wall, gpu = time_one(comm, call, args.reps, args.warmup, events)
             calls = comm.allreduce(tc.calls) / (args.reps + args.warmup)
+            used = sorted({n for t in comm.allgather(info["transport"]) for n in t.split("+")})
             if comm.rank == 0:
                 print("RESULT " + json.dumps(dict(
                     ranks=comm.size, method=info["method"], radices=info["radices"], mode=mode,
-                    transport=info["transport"], wall=wall, gpu=gpu, calls=calls, device=device,
+                    transport="+".join(used), wall=wall, gpu=gpu, calls=calls, device=device,
                     nbytes=rgba.nbytes + (depth.nbytes if mode == "depth" else 0))), flush=True)
 
 
@@ -115,11 +119,16 @@ def configs(args) -> list[tuple[str, int, str | None, list[str]]]:
     """(label, ranks, CUDA_VISIBLE_DEVICES, worker arguments) for the chosen device."""
     if args.device == "cpu":
         return [(f"{n} ranks, CPU (NumPy, MPI)", n, None, ["--backend", "numpy"]) for n in args.ranks]
-    return [
-        ("2 ranks on 2 GPUs, NCCL", 2, "0,1", ["--backend", "cupy", "--nccl", "on"]),
-        ("2 ranks on 2 GPUs, MPI (staged unless CUDA-aware)", 2, "0,1", ["--backend", "cupy", "--nccl", "off"]),
-        ("2 ranks on 1 GPU, MPI (staged unless CUDA-aware)", 2, "0", ["--backend", "cupy", "--nccl", "off"]),
-    ]
+    mpi = ["--transport", "mpi"]
+    return [(label, n, vis, ["--backend", "cupy", *extra]) for label, n, vis, extra in [
+        ("2 ranks on 2 GPUs, default (p2p where the GPUs reach each other)", 2, "0,1", []),
+        ("2 ranks on 2 GPUs, NCCL", 2, "0,1", ["--transport", "nccl"]),
+        ("2 ranks on 2 GPUs, MPI (staged unless CUDA-aware)", 2, "0,1", mpi),
+        ("2 ranks on 1 GPU, default (CUDA IPC)", 2, "0", []),
+        ("2 ranks on 1 GPU, MPI (staged unless CUDA-aware)", 2, "0", mpi),
+        ("4 ranks on 1 GPU, default (CUDA IPC)", 4, "0", []),
+        ("4 ranks on 1 GPU, MPI (staged unless CUDA-aware)", 4, "0", mpi),
+    ]]
 
 
 def driver(args) -> None:
@@ -188,7 +197,8 @@ def main() -> None:
     ap.add_argument("--worker", action="store_true")
     ap.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
     ap.add_argument("--backend", choices=("numpy", "cupy"), default="numpy", help="worker only")
-    ap.add_argument("--nccl", choices=("auto", "on", "off"), default="auto", help="worker only")
+    ap.add_argument("--transport", choices=("mpi", "nccl", "ipc", "p2p"), default=None,
+                    help="worker only: force this transport for every pair (default: chosen per pair)")
     ap.add_argument("--ranks", type=int, nargs="+", default=[2, 4], help="CPU: rank counts to run")
     ap.add_argument("--size", type=int, default=2048)
     ap.add_argument("--reps", type=int, default=20)

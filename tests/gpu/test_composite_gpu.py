@@ -1,4 +1,7 @@
-"""Sort-last compositing of CuPy images: NCCL without host copies, staged MPI, references on device."""
+"""Sort-last compositing of CuPy images over insitu.transports: CUDA IPC between ranks of one GPU,
+p2p/NCCL between GPUs, all without host copies; forced MPI staged and counted; references on device.
+
+Multi-rank cases run tests/mpi/composite_check.py under mpirun (-n 2, 3, 4)."""
 
 import re
 
@@ -50,11 +53,24 @@ def test_single_rank_stays_on_device():
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("nranks", [2, 3, 4])
+def test_ranks_sharing_one_gpu_composite_over_cuda_ipc_without_host_copies(mpi, nranks):
+    # Every method x depth and over (rank, permuted, reversed order) x three sizes, the
+    # root moving around, equal to the single-rank references; the calls run inside
+    # insitu.no_host_transfers(), so a single counted host<->device copy fails the run.
+    p = mpi(nranks, "composite_check.py", "--backend", "cupy", "--no-host-transfers", "--expect-transport", "ipc",
+            env=ONE_GPU)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"OK ranks={nranks} backend=cupy" in p.stdout
+    assert _transports(p.stdout) == (["ipc"], 0)
+
+
+@pytest.mark.mpi
 @pytest.mark.gpus(2)
-@pytest.mark.parametrize("nccl", ["on", "auto", "given"])
-def test_two_gpus_nccl_without_host_copies(mpi, nccl):
-    # The script fails if a host transfer was counted on the NCCL path.
-    p = mpi(2, "composite_check.py", "--backend", "cupy", "--nccl", nccl, "--expect-transport", "nccl")
+@pytest.mark.parametrize("args", [["--transport", "nccl"], ["--nccl", "given"], ["--nccl", "on"]])
+def test_two_gpus_nccl_without_host_copies(mpi, args):
+    # --nccl on: the deprecated nccl=True, which means transport="nccl".
+    p = mpi(2, "composite_check.py", "--backend", "cupy", *args, "--no-host-transfers", "--expect-transport", "nccl")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "OK ranks=2 backend=cupy" in p.stdout
     assert _transports(p.stdout) == (["nccl"], 0)
@@ -62,27 +78,45 @@ def test_two_gpus_nccl_without_host_copies(mpi, nccl):
 
 @pytest.mark.mpi
 @pytest.mark.gpus(2)
-def test_four_ranks_on_two_gpus_fall_back_to_mpi(mpi):
-    # Two ranks per GPU: NCCL would refuse the communicator.
-    p = mpi(4, "composite_check.py", "--backend", "cupy")
+def test_two_gpus_default_choice_without_host_copies(mpi):
+    # p2p where the two GPUs reach each other (NVLink), else NCCL: as the halo chooses.
+    # p2p's set-up uploads its flag addresses once (counted), so each configuration is
+    # set up by a first call and the second call is the one that must make no transfer.
+    p = mpi(2, "composite_check.py", "--backend", "cupy", "--repeat", "--no-host-transfers")
     assert p.returncode == 0, p.stdout + p.stderr
     kinds, calls = _transports(p.stdout)
-    assert kinds == ["mpi-cuda-aware" if insitu.transports.mpi_cuda_aware() else "mpi-staged"]
-    assert (calls == 0) == insitu.transports.mpi_cuda_aware()
+    rt = cp.cuda.runtime
+    want = "p2p" if rt.deviceCanAccessPeer(0, 1) and rt.deviceCanAccessPeer(1, 0) else "nccl"
+    assert (kinds, calls) == ([want], 0)
+
+
+@pytest.mark.mpi
+@pytest.mark.gpus(2)
+def test_four_ranks_on_two_gpus_use_cuda_ipc(mpi):
+    # Two ranks per GPU: NCCL's spinning kernels would stall the GPU's other rank, so
+    # every pair, on one GPU or across the two, copies over CUDA IPC.
+    p = mpi(4, "composite_check.py", "--backend", "cupy", "--no-host-transfers")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "OK ranks=4 backend=cupy" in p.stdout
+    assert _transports(p.stdout) == (["ipc"], 0)
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("nranks", [2, 3])
-def test_one_gpu_staged_through_the_counted_gateway(mpi, nranks):
-    p = mpi(nranks, "composite_check.py", "--backend", "cupy", "--sizes", "37x53", "64x64", env=ONE_GPU)
+def test_mpi_forced_on_one_gpu_stages_through_the_counted_gateway(mpi, nranks):
+    p = mpi(nranks, "composite_check.py", "--backend", "cupy", "--transport", "mpi", "--sizes", "37x53", "64x64",
+            env=ONE_GPU)
     assert p.returncode == 0, p.stdout + p.stderr
     kinds, calls = _transports(p.stdout)
-    if not insitu.transports.mpi_cuda_aware():
+    if insitu.transports.mpi_cuda_aware():
+        assert (kinds, calls) == (["mpi-cuda-aware"], 0)
+    else:
         assert kinds == ["mpi-staged"] and calls > 0
 
 
 @pytest.mark.mpi
-def test_nccl_demanded_on_a_shared_gpu_is_a_clear_error(mpi):
-    p = mpi(2, "composite_check.py", "--backend", "cupy", "--nccl", "on", "--sizes", "8x8", env=ONE_GPU)
+@pytest.mark.parametrize("args", [["--transport", "nccl"], ["--nccl", "on"]])
+def test_nccl_demanded_on_a_shared_gpu_is_a_clear_error(mpi, args):
+    p = mpi(2, "composite_check.py", "--backend", "cupy", *args, "--sizes", "8x8", env=ONE_GPU)
     assert p.returncode != 0
-    assert "nccl=True needs NCCL in CuPy on every rank and one GPU per rank" in p.stdout + p.stderr
+    assert "transport 'nccl' needs one GPU per rank of a pair; ranks 0 and 1 share GPU" in p.stdout + p.stderr
