@@ -11,7 +11,6 @@ frame is written.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Mapping
 
 import numpy as np
@@ -19,6 +18,8 @@ import numpy as np
 from insitu import arrays
 from insitu.profile import StageTimer
 
+from . import draw as _draw
+from .draw import DomainImage, Renderers, View, describe_domain, flatten, front_to_back, merge_domains
 from .pipelines import Context, Dataset
 
 __all__ = ["Rendered", "SceneRenderer", "camera_for", "frame_path"]
@@ -60,72 +61,16 @@ def frame_path(prefix: str, step: int) -> str:
     return p if p.endswith(".png") else p + ".png"
 
 
-def _merge(parts: list[tuple]):
-    """One mesh from per-domain meshes (vertex indices offset)."""
-    parts = [p for p in parts if len(p[1])]
-    if not parts:
-        return None
-    if len(parts) == 1:
-        return parts[0]
-    xp = arrays.get_array_module(parts[0][0])
-    offs = np.cumsum([0] + [len(p[0]) for p in parts[:-1]])
-    verts = xp.concatenate([p[0] for p in parts])
-    faces = xp.concatenate([p[1] + int(o) for p, o in zip(parts, offs)])
-    normals = xp.concatenate([p[2] for p in parts])
-    vals = xp.concatenate([p[3] for p in parts])
-    return verts, faces, normals, vals
-
-
-def _front_to_back(boxes: list, eye) -> list[int]:
-    """Indices of axis-aligned, non-overlapping boxes from nearest to farthest: of two
-    boxes, the one on the eye's side of a plane that separates them comes first."""
-    def cmp(i, j):
-        a, b = boxes[i], boxes[j]
-        for ax in range(3):
-            if a[2 * ax + 1] <= b[2 * ax]:  # a below b on this axis
-                return -1 if eye[ax] < a[2 * ax + 1] else 1
-            if b[2 * ax + 1] <= a[2 * ax]:
-                return 1 if eye[ax] < b[2 * ax + 1] else -1
-        return 0
-    return sorted(range(len(boxes)), key=functools.cmp_to_key(cmp))
-
-
 class SceneRenderer:
     """Renders the scenes of a configuration, step after step (keeps GL renderers)."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.prof = StageTimer()  # the adaptor gives its own
-        self._surfaces: dict = {}
-        self._tfs: dict = {}
+        self.renderers = Renderers()
 
     def close(self) -> None:
-        for r in self._surfaces.values():
-            r.close()
-        self._surfaces.clear()
-
-    def _transfer_function(self, cmap: str, lo: float, hi: float, opacity):
-        """The same transfer function object while its settings stay: its table goes to
-        the GPU once, not every step."""
-        from render.volume import TransferFunction
-
-        key = (cmap, lo, hi, None if opacity is None else tuple(tuple(p) for p in opacity))
-        tf = self._tfs.get(key)
-        if tf is None:
-            if len(self._tfs) >= 16:
-                self._tfs.pop(next(iter(self._tfs)))
-            # Opacity in the config is reached over one world unit, whatever the grid spacing.
-            tf = self._tfs[key] = TransferFunction.from_colormap(cmap, lo, hi, unit_length=1.0,
-                                                                 opacity=[tuple(x) for x in opacity] if opacity else None)
-        return tf
-
-    def _surface_renderer(self, w: int, h: int):
-        r = self._surfaces.get((w, h))
-        if r is None:
-            from render.surface import SurfaceRenderer
-
-            r = self._surfaces[(w, h)] = SurfaceRenderer(w, h)
-        return r
+        self.renderers.close()
 
     def render(self, name: str, scene: Mapping, datasets: Mapping[str, Dataset], raw: Dataset,
                steer: Mapping, step: int) -> dict:
@@ -171,7 +116,7 @@ class SceneRenderer:
         ctx = self.ctx
         surface, volume, error = None, None, None
         try:
-            surface, volume = self._local(plots, cam, w, h, bounds)
+            surface, volume = self._local(plots, raw, View(cam, w, h, tuple(map(float, bounds))))
         except Exception as e:
             e.add_note(f"in {where} on rank {ctx.rank}")
             error = e
@@ -179,47 +124,21 @@ class SceneRenderer:
             ctx.agree(error, where)
             return self._composite(surface, volume, raw, cam, w, h)
 
-    def _local(self, plots, cam, w, h, bounds):
-        from render.volume import over, ray_cast
-
-        surface = volume = None
-        for pname, p, ds, field, lo, hi, cmap in plots:
-            if p["type"] == "pseudocolor":
-                if ds.surface is None:
-                    raise ValueError(f"plot {pname}: pipeline {p['pipeline']!r} makes no surface "
-                                     "(end it with a contour or threshold filter)")
-                with self.prof.stage("contour"):
-                    mesh = _merge(ds.surface_parts(field))
-                if mesh is None:
-                    continue
-                with self.prof.stage("render"):
-                    r = self._surface_renderer(w, h)
-                    rgba, depth = r.render(*mesh, camera=cam, bounds=bounds, vmin=lo, vmax=max(hi, lo + 1e-12),
-                                           colormap=cmap)
-                    rgba, depth = rgba.copy(), depth.copy()  # the renderer reuses its frame buffers
-                if surface is None:
-                    surface = (rgba, depth)
-                else:
-                    xp = arrays.get_array_module(rgba)
-                    nearer = (depth < surface[1])[..., None]
-                    surface = (xp.where(nearer, rgba, surface[0]), xp.minimum(depth, surface[1]))
-            else:
-                opacity = p["color_table"].get("opacity")
-                tf = self._transfer_function(cmap, lo, max(hi, lo + 1e-12), opacity)
-                order = _front_to_back([d.box for d in ds.domains], cam.position)
-                for i in order:
-                    d = ds.domains[i]
-                    with self.prof.stage("volume"):
-                        img, _ = ray_cast(d.vertex_values(ds.volume_names.get(field, field)), cam, w, h, tf,
-                                          spacing=d.spacing, origin=d.node_origin, extent=d.box, bounds=bounds)
-                    volume = img if volume is None else over(volume, img)
-        return surface, volume
+    def _local(self, plots: list, raw: Dataset, view: View):
+        """This rank's domains drawn (:func:`adaptors.draw.draw_domain`) and merged:
+        ``(surface (rgba, depth) or None, volume rgba or None)``."""
+        images, boxes = [], []
+        for i, d in enumerate(raw.domains):
+            fields, spec = describe_domain(plots, i, d)
+            images.append(_draw.draw_domain(fields, spec, view, renderers=self.renderers, prof=self.prof))
+            boxes.append(spec.box)
+        merged = merge_domains(images, boxes, view.camera.position)
+        return merged.surface, merged.volume
 
     def _composite(self, surface, volume, raw: Dataset, cam, w, h):
         """Both layers across ranks (depth, then over in rank visibility order); at the root
         the volume over the surface."""
         from render.composite import composite
-        from render.volume import over
 
         ctx = self.ctx
         xp = np
@@ -251,16 +170,10 @@ class SceneRenderer:
                     box = [b[:, 0].min(), b[:, 1].max(), b[:, 2].min(), b[:, 3].max(), b[:, 4].min(), b[:, 5].max()]
                 boxes = ctx.allgather(box, what="volume boxes")
                 ranks = [r for r, bx in enumerate(boxes) if bx is not None]
-                order = [ranks[i] for i in _front_to_back([boxes[r] for r in ranks], cam.position)]
+                order = [ranks[i] for i in front_to_back([boxes[r] for r in ranks], cam.position)]
                 order += [r for r in range(ctx.size) if r not in order]
                 volume = composite(volume.astype(xp.float32), comm=ctx.comm, mode="over", order=order,
                                    timeout=ctx.timeout)
         if ctx.rank != 0:
             return None, None
-        if surface is None and volume is None:
-            return xp.zeros((h, w, 4), xp.float32), None
-        if surface is None:
-            return volume, None
-        if volume is None:
-            return surface[0], surface[1]
-        return over(volume.astype(surface[0].dtype), surface[0]), surface[1]
+        return flatten(DomainImage(surface, volume), w, h, xp=xp)

@@ -22,19 +22,28 @@ workers are there): the blocks live in the daemons of the node that made them.
 
 from __future__ import annotations
 
-import threading
-from typing import Any, Mapping
+import dataclasses
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from insitu import arrays
 
+from . import draw as _draw
+from .draw import DomainImage, DomainSpec, View, describe_domain, flatten, merge_domains, thread_renderers
 from .pipelines import Context, Dataset
-from .scenes import SceneRenderer, _front_to_back
+from .scenes import SceneRenderer
 
-__all__ = ["SparkSceneRenderer", "draw_block"]
+__all__ = ["BlockSpec", "SparkSceneRenderer", "draw_block"]
 
-_SURFACES: dict = {}  # (thread, width, height) -> SurfaceRenderer, in a daemon
+
+@dataclasses.dataclass(frozen=True)
+class BlockSpec:
+    """One domain handed to a daemon: the dtypes of its fields stacked in one block (in
+    :func:`_stack`'s common dtype), and what to draw of them."""
+
+    dtypes: tuple[np.dtype, ...]
+    domain: DomainSpec
 
 
 def _stack(*fields):
@@ -44,67 +53,28 @@ def _stack(*fields):
     return xp.stack([f.astype(dtype, copy=False) for f in fields])
 
 
-def _surface_renderer(w: int, h: int):
-    from render.surface import SurfaceRenderer
-
-    key = (threading.get_ident(), w, h)  # a GL context is current per thread
-    r = _SURFACES.get(key)
-    if r is None:
-        r = _SURFACES[key] = SurfaceRenderer(w, h)
-    return r
-
-
-def draw_block(block, key, specs: Mapping, cam, w: int, h: int, bounds):
-    """Draw one domain's plots in a worker daemon; returns ``(h, w, 9)`` float32: the
-    surface layer's premultiplied RGBA and depth (inf where empty) and the volume layer's
-    premultiplied RGBA.
+def draw_block(block, key, specs: Mapping[Any, BlockSpec], view: View, draw: Callable[..., DomainImage]):
+    """Draw one domain in a worker daemon with `draw` (:func:`adaptors.draw.draw_domain`,
+    as the driver's process names it); returns the image packed by
+    :meth:`DomainImage.packed`: ``(H, W, 9)`` float32.
 
     Parameters
     ----------
-    block : array
+    block : (nfields, nx, ny, nz) array
         The domain's fields stacked (see :func:`_stack`), NumPy or CuPy.
     key : hashable
         The domain's key in `specs`.
     specs : mapping
-        Per domain key: ``dtypes``, ``spacing``, ``origin``, ``cells``, ``node_origin``,
-        ``box`` and ``plots``: ``("pseudocolor", field, color, levels, lo, hi, cmap)`` or
-        ``("volume", field, lo, hi, cmap, opacity)`` with fields as indices into the block.
+        :class:`BlockSpec` by domain key.
+    view : View
+        Camera, image size and the data bounds.
+    draw : callable
+        The drawing function.
     """
-    from render.contour import marching_cubes
-    from render.volume import TransferFunction, over, ray_cast
-
     s = specs[key]
-    xp = arrays.get_array_module(block)
-    field = [block[i].astype(dt, copy=False) for i, dt in enumerate(s["dtypes"])]
-    lo_c, hi_c = s["cells"]
-    nodes = tuple(slice(a, b + 1) for a, b in zip(lo_c, hi_c))
-    out = xp.zeros((h, w, 9), xp.float32)
-    out[..., 4] = xp.inf
-    have_surface = False
-    for plot in s["plots"]:
-        if plot[0] == "pseudocolor":
-            _, fi, ci, levels, lo, hi, cmap = plot
-            verts, faces, normals, vals = marching_cubes(field[fi], levels, spacing=s["spacing"], origin=s["origin"],
-                                                         values=field[ci], region=s["cells"])
-            if len(faces) == 0:
-                continue
-            rgba, depth = _surface_renderer(w, h).render(verts, faces, normals, vals, camera=cam, bounds=bounds,
-                                                         vmin=lo, vmax=max(hi, lo + 1e-12), colormap=cmap)
-            if have_surface:
-                nearer = (depth < out[..., 4])[..., None]
-                out[..., :4] = xp.where(nearer, rgba, out[..., :4])
-                out[..., 4] = xp.minimum(depth, out[..., 4])
-            else:
-                out[..., :4], out[..., 4] = rgba, depth
-                have_surface = True
-        else:
-            _, fi, lo, hi, cmap, opacity = plot
-            tf = TransferFunction.from_colormap(cmap, lo, max(hi, lo + 1e-12), unit_length=1.0,
-                                                opacity=[tuple(x) for x in opacity] if opacity else None)
-            img, _ = ray_cast(field[fi][nodes], cam, w, h, tf, spacing=s["spacing"], origin=s["node_origin"],
-                              extent=s["box"], bounds=bounds)
-            out[..., 5:] = over(out[..., 5:], img.astype(xp.float32))
-    return out
+    fields = [block[i].astype(dt, copy=False) for i, dt in enumerate(s.dtypes)]
+    image = draw(fields, s.domain, view, renderers=thread_renderers())
+    return image.packed(view.width, view.height, like=block)
 
 
 class SparkSceneRenderer(SceneRenderer):
@@ -174,42 +144,20 @@ class SparkSceneRenderer(SceneRenderer):
         return w
 
     def _hand_over(self, plots: list, raw: Dataset) -> tuple[list, dict]:
-        """This rank's domains to its daemon: (block records, draw specs by key)."""
+        """This rank's domains to its daemon: (block records, :class:`BlockSpec` by key)."""
         from insitu.engine.spark import BlockRecord
         from insitu.pool import Package, WorkerDiedError
 
-        per_domain = []
-        for i, d in enumerate(raw.domains):
-            names, fields, specs = {}, [], []
-
-            def index(ds: Dataset, name: str) -> int:
-                if (id(ds), name) not in names:
-                    names[(id(ds), name)] = len(fields)
-                    fields.append(ds.domains[i].vertex_array(name))
-                return names[(id(ds), name)]
-
-            for pname, p, ds, field, lo, hi, cmap in plots:
-                if p["type"] == "pseudocolor":
-                    if ds.surface is None:
-                        raise ValueError(f"plot {pname}: pipeline {p['pipeline']!r} makes no surface "
-                                         "(end it with a contour or threshold filter)")
-                    s = ds.surface
-                    specs.append(("pseudocolor", index(ds, s.field), index(ds, field or s.color_default),
-                                  list(s.levels), float(lo), float(hi), cmap))
-                else:
-                    opacity = p["color_table"].get("opacity")
-                    specs.append(("volume", index(ds, ds.volume_names.get(field, field)), float(lo), float(hi), cmap,
-                                  None if opacity is None else [list(map(float, x)) for x in opacity]))
-            per_domain.append((d, fields, specs))
+        per_domain = [describe_domain(plots, i, d) for i, d in enumerate(raw.domains)]
         if not per_domain:
             return [], {}
-        devices = {arrays.device_id(f) if arrays.is_device_array(f) else None for _, fs, _ in per_domain for f in fs}
+        devices = {arrays.device_id(f) if arrays.is_device_array(f) else None for fs, _ in per_domain for f in fs}
         if len(devices) != 1:
             raise ValueError(f"engine: spark: this rank's fields are on several devices ({sorted(map(str, devices))})")
         device = devices.pop()
         w = self._worker(device)
         pkg = Package()
-        for d, fields, _ in per_domain:
+        for fields, _ in per_domain:
             pkg.add("cache", pkg.add("exec", _stack, None, tuple(pkg.add("send", f) for f in fields)))
         try:
             handles = w.run(pkg)
@@ -225,13 +173,10 @@ class SparkSceneRenderer(SceneRenderer):
             handles = w.run(pkg)
         rank = self.ctx.rank
         records, specs = [], {}
-        for i, ((d, fields, plot_specs), h) in enumerate(zip(per_domain, handles)):
+        for i, ((fields, spec), h) in enumerate(zip(per_domain, handles)):
             key = (rank, i)
             records.append(BlockRecord(key, h, w.socket_path, device, w.pid))
-            specs[key] = {"dtypes": [np.dtype(f.dtype) for f in fields], "spacing": tuple(map(float, d.spacing)),
-                          "origin": tuple(map(float, d.origin)), "cells": d.cells,
-                          "node_origin": tuple(map(float, d.node_origin)), "box": tuple(map(float, d.box)),
-                          "plots": plot_specs}
+            specs[key] = BlockSpec(tuple(np.dtype(f.dtype) for f in fields), spec)
         return records, specs
 
     def _draw(self, where: str, plots: list, cam, w: int, h: int, bounds, raw: Dataset, step: int):
@@ -280,33 +225,22 @@ class SparkSceneRenderer(SceneRenderer):
             pass
 
     def _spark_draw(self, records: list, specs: dict, cam, w: int, h: int, bounds, where: str):
-        from render.composite import depth_composite, over_composite
-        from render.volume import over
-
-        kinds = {p[0] for s in specs.values() for p in s["plots"]}
         if not records:
             return np.zeros((h, w, 4), np.float32), None
         n = self.params.get("npartitions") or min(len(records), self.engine.default_parallelism)
         blocks = self.engine.adopt(records, min(n, len(records)))
+        view = View(cam, w, h, tuple(map(float, bounds)))
         try:
-            images = blocks.exec_gl(draw_block, specs, cam, w, h, tuple(bounds), with_key=True).recv_gpu()
+            # The tasks draw with the function this process names: one drawing code for
+            # both engines, wherever it is looked up.
+            packed = blocks.exec_gl(draw_block, specs, view, _draw.draw_domain, with_key=True).recv_gpu()
         except Exception as e:
             raise RuntimeError(f"{where}: the Spark job drawing {len(records)} blocks failed: "
                                f"{_python_error(e)}") from e
-        keys = sorted(images)
-        surface = volume = None
-        if "pseudocolor" in kinds:
-            surface = depth_composite([images[k][..., :4] for k in keys], [images[k][..., 4] for k in keys])
-            if not np.isfinite(surface[1]).any():
-                surface = None  # no triangles anywhere: no surface layer, as with the embedded engine
-        if "volume" in kinds:
-            order = _front_to_back([specs[k]["box"] for k in keys], cam.position)
-            volume = over_composite([images[keys[i]][..., 5:] for i in order])
-        if surface is None:
-            return (np.zeros((h, w, 4), np.float32) if volume is None else volume), None
-        if volume is None:
-            return surface
-        return over(volume, surface[0]), surface[1]
+        keys = sorted(packed)
+        images = [DomainImage.unpacked(packed[k], specs[k].domain) for k in keys]
+        merged = merge_domains(images, [specs[k].domain.box for k in keys], cam.position)
+        return flatten(merged, w, h)
 
 
 def _python_error(e: BaseException) -> str:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import adaptors
+from adaptors import draw
 from adaptors.config import load
 from insitu.pool import DaemonWorker
 from insitu.pool.daemon import DaemonHandle, default_socket_path
@@ -89,6 +90,24 @@ def test_a_killed_daemon_is_replaced_at_the_next_step(spark_adaptor):
     assert a.execute(3, 0.3, two_domains()), a.results()["errors"]
     assert DaemonWorker(sock, timeout=5).ping() != pid
     assert close_fraction(out / "spark_3.png", out / "spark_0.png") >= 0.999
+
+
+def test_both_engines_draw_each_domain_through_draw_domain(spark_adaptor, tmp_path, monkeypatch):
+    from test_draw import Spy  # importable in the daemon too: its sys.path is this process's
+
+    a, out = spark_adaptor
+    spy = Spy(str(tmp_path / "calls"))
+    monkeypatch.setattr(draw, "draw_domain", spy)
+    with adaptors.Adaptor(config(str(tmp_path / "embedded_%d"), "embedded")) as e:
+        assert e.execute(4, 0.4, two_domains()), e.results()["errors"]
+    here = spy.calls()
+    assert len(here) == 2 and {(p, k) for p, k, _ in here} == {(os.getpid(), "DomainSpec")}
+    assert a.execute(4, 0.4, two_domains()), a.results()["errors"]
+    there = spy.calls()[2:]
+    daemon = DaemonWorker(default_socket_path(None, directory=a._scenes.daemon_dir), timeout=5).ping()
+    assert len(there) == 2 and {(p, k) for p, k, _ in there} == {(daemon, "DomainSpec")}
+    assert sorted(x for *_, x in there) == sorted(x for *_, x in here)  # the same domains
+    assert close_fraction(out / "spark_4.png", tmp_path / "embedded_4.png") >= 0.999
 
 
 def test_spark_settings_are_checked():

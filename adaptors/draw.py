@@ -1,0 +1,346 @@
+"""One domain's drawing, the same for every engine.
+
+A scene's plots become, per domain, a :class:`DomainSpec` (what to draw, with global
+colour ranges) and a list of the domain's fields (whole, ghosts included) that the spec
+names by index. :func:`draw_domain` draws them: a pseudocolor plot is contoured
+(marching cubes over the domain's real cells) and rasterized, several surfaces merged
+by depth; a volume plot is ray cast over the box of the real cells, several volumes
+merged by "over". The embedded engine calls it in the simulation's process, the Spark
+engine in a task on the worker daemon holding the domain's fields; both merge the
+domains' images with :func:`merge_domains` before compositing across ranks or blocks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from insitu import arrays
+from insitu.profile import StageTimer
+
+__all__ = ["DomainImage", "DomainSpec", "Renderers", "SurfacePlot", "View", "VolumePlot", "describe_domain",
+           "draw_domain", "flatten", "front_to_back", "merge_domains", "thread_renderers"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SurfacePlot:
+    """A pseudocolor plot: the surface where field `field` crosses `levels`, coloured by
+    field `color` from `lo` to `hi` through `colormap` (fields are indices into the
+    domain's field list)."""
+
+    field: int
+    color: int
+    levels: tuple[float, ...]
+    lo: float
+    hi: float
+    colormap: str
+
+
+@dataclasses.dataclass(frozen=True)
+class VolumePlot:
+    """A volume plot: field `field` ray cast through `colormap` from `lo` to `hi`, with
+    opacity control points ``((value, alpha), ...)`` (None: the colormap's default)."""
+
+    field: int
+    lo: float
+    hi: float
+    colormap: str
+    opacity: tuple[tuple[float, float], ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class DomainSpec:
+    """Where one domain's fields sit in the world, and the plots to draw of them.
+
+    `cells` are the real cells, ``((i0, j0, k0), (i1, j1, k1))`` (i0..i1-1), in the
+    domain's node grid of `spacing` starting at `origin`; `node_origin` is the world
+    position of node ``(i0, j0, k0)``, `box` the world box of the real cells
+    ``(x0, x1, y0, y1, z0, z1)``.
+    """
+
+    spacing: tuple[float, float, float]
+    origin: tuple[float, float, float]
+    cells: tuple[tuple[int, int, int], tuple[int, int, int]]
+    node_origin: tuple[float, float, float]
+    box: tuple[float, float, float, float, float, float]
+    plots: tuple[SurfacePlot | VolumePlot, ...]
+
+    @property
+    def nodes(self) -> tuple[slice, slice, slice]:
+        """Node slices spanning the real cells."""
+        lo, hi = self.cells
+        return tuple(slice(a, b + 1) for a, b in zip(lo, hi))
+
+
+@dataclasses.dataclass(frozen=True)
+class View:
+    """The image to draw: camera, size in pixels and the world box of all the data (it
+    sets the depth range, so that images drawn apart composite by depth)."""
+
+    camera: Any  # render.camera.Camera
+    width: int
+    height: int
+    bounds: tuple[float, float, float, float, float, float]
+
+
+@dataclasses.dataclass
+class DomainImage:
+    """What one domain (or a merge of domains) drew: premultiplied RGBA layers.
+
+    `surface` is ``(rgba (H, W, 4) float32, depth (H, W) float32, inf where empty)`` or
+    None where no triangle was drawn; `volume` is ``(H, W, 4) float32`` or None without
+    volume plots. Arrays are on the device the fields were on.
+    """
+
+    surface: tuple[Any, Any] | None = None
+    volume: Any = None
+
+    def packed(self, width: int, height: int, *, like=None):
+        """One ``(H, W, 9)`` float32 array: surface RGBA, depth, volume RGBA (zeros and
+        inf for a missing layer), for engines that move arrays only; on the device of the
+        layers, else of `like`."""
+        some = self.volume if self.volume is not None else self.surface[0] if self.surface else like
+        xp = np if some is None else arrays.get_array_module(some)
+        out = xp.zeros((height, width, 9), xp.float32)
+        out[..., 4] = xp.inf
+        if self.surface is not None:
+            out[..., :4], out[..., 4] = self.surface
+        if self.volume is not None:
+            out[..., 5:] = self.volume
+        return out
+
+    @classmethod
+    def unpacked(cls, packed, spec: DomainSpec) -> "DomainImage":
+        """The image :meth:`packed` gave for `spec`: a layer where `spec` has plots of its
+        kind (a surface only where some pixel has a finite depth)."""
+        kinds = {type(p) for p in spec.plots}
+        surface = volume = None
+        if SurfacePlot in kinds:
+            depth = packed[..., 4]
+            xp = arrays.get_array_module(depth)
+            if bool(xp.isfinite(depth).any()):
+                surface = (packed[..., :4], depth)
+        if VolumePlot in kinds:
+            volume = packed[..., 5:]
+        return cls(surface, volume)
+
+
+class Renderers:
+    """What drawing keeps between steps in one thread: surface renderers by image size
+    (their GL contexts and buffers) and transfer functions by their settings (their
+    tables go to the device once, not every step)."""
+
+    MAX_TRANSFER_FUNCTIONS = 16
+
+    def __init__(self) -> None:
+        self._surfaces: dict = {}
+        self._tfs: dict = {}
+
+    def surface(self, width: int, height: int):
+        """The :class:`render.surface.SurfaceRenderer` for images of this size."""
+        r = self._surfaces.get((width, height))
+        if r is None:
+            from render.surface import SurfaceRenderer
+
+            r = self._surfaces[(width, height)] = SurfaceRenderer(width, height)
+        return r
+
+    def transfer_function(self, plot: VolumePlot):
+        """The :class:`render.volume.TransferFunction` of `plot`'s colours, range and opacity."""
+        hi = max(plot.hi, plot.lo + 1e-12)
+        key = (plot.colormap, plot.lo, hi, plot.opacity)
+        tf = self._tfs.get(key)
+        if tf is None:
+            from render.volume import TransferFunction
+
+            if len(self._tfs) >= self.MAX_TRANSFER_FUNCTIONS:
+                self._tfs.pop(next(iter(self._tfs)))
+            # Opacity in the config is reached over one world unit, whatever the grid spacing.
+            tf = self._tfs[key] = TransferFunction.from_colormap(
+                plot.colormap, plot.lo, hi, unit_length=1.0,
+                opacity=[tuple(x) for x in plot.opacity] if plot.opacity else None)
+        return tf
+
+    def close(self) -> None:
+        """Release the surface renderers (GL contexts); transfer functions are dropped."""
+        surfaces, self._surfaces, self._tfs = self._surfaces, {}, {}
+        for r in surfaces.values():
+            r.close()
+
+
+_THREAD_RENDERERS: dict[int, Renderers] = {}
+
+
+def thread_renderers() -> Renderers:
+    """This thread's :class:`Renderers` (a GL context is current per thread), kept for
+    the life of the process: a worker daemon's."""
+    key = threading.get_ident()
+    r = _THREAD_RENDERERS.get(key)
+    if r is None:
+        r = _THREAD_RENDERERS[key] = Renderers()
+    return r
+
+
+_NO_TIMER = StageTimer()
+
+
+def draw_domain(fields: Sequence[Any], spec: DomainSpec, view: View, *, renderers: Renderers,
+                prof: StageTimer | None = None) -> DomainImage:
+    """Draw one domain's plots.
+
+    Parameters
+    ----------
+    fields : sequence of (nx, ny, nz) arrays
+        The domain's node fields the plots name by index, whole (ghosts included: they
+        shape the normals at the domain's faces), NumPy or CuPy.
+    spec : DomainSpec
+        The domain's place and its plots, with global colour ranges.
+    view : View
+        Camera, image size and the world box of all the data.
+    renderers : Renderers
+        Surface renderers and transfer functions kept between calls.
+    prof : StageTimer, optional
+        Charged with stages ``contour``, ``render`` and ``volume``.
+
+    Returns
+    -------
+    DomainImage
+        Surfaces merged by depth (ties: the earlier plot), volumes by "over" in plot order.
+    """
+    from render.contour import marching_cubes
+    from render.volume import over, ray_cast
+
+    prof = prof or _NO_TIMER
+    w, h = view.width, view.height
+    surface = volume = None
+    for plot in spec.plots:
+        if isinstance(plot, SurfacePlot):
+            with prof.stage("contour"):
+                verts, faces, normals, vals = marching_cubes(fields[plot.field], list(plot.levels),
+                                                             spacing=spec.spacing, origin=spec.origin,
+                                                             values=fields[plot.color], region=spec.cells)
+            if len(faces) == 0:
+                continue
+            with prof.stage("render"):
+                rgba, depth = renderers.surface(w, h).render(verts, faces, normals, vals, camera=view.camera,
+                                                             bounds=view.bounds, vmin=plot.lo,
+                                                             vmax=max(plot.hi, plot.lo + 1e-12),
+                                                             colormap=plot.colormap)
+                rgba, depth = rgba.copy(), depth.copy()  # the renderer reuses its frame buffers
+            if surface is None:
+                surface = (rgba, depth)
+            else:
+                xp = arrays.get_array_module(rgba)
+                nearer = (depth < surface[1])[..., None]
+                surface = (xp.where(nearer, rgba, surface[0]), xp.minimum(depth, surface[1]))
+        elif isinstance(plot, VolumePlot):
+            with prof.stage("volume"):
+                img, _ = ray_cast(fields[plot.field][spec.nodes], view.camera, w, h,
+                                  renderers.transfer_function(plot), spacing=spec.spacing,
+                                  origin=spec.node_origin, extent=spec.box, bounds=view.bounds)
+            volume = img if volume is None else over(volume, img)
+        else:
+            raise TypeError(f"draw_domain: plots must be SurfacePlot or VolumePlot, got {type(plot).__name__}")
+    return DomainImage(surface, volume)
+
+
+def front_to_back(boxes: Sequence[Sequence[float]], eye) -> list[int]:
+    """Indices of axis-aligned, non-overlapping boxes ``(x0, x1, y0, y1, z0, z1)`` from
+    nearest to farthest from `eye`: of two boxes, the one on the eye's side of a plane
+    that separates them comes first."""
+    def cmp(i, j):
+        a, b = boxes[i], boxes[j]
+        for ax in range(3):
+            if a[2 * ax + 1] <= b[2 * ax]:  # a below b on this axis
+                return -1 if eye[ax] < a[2 * ax + 1] else 1
+            if b[2 * ax + 1] <= a[2 * ax]:
+                return 1 if eye[ax] < b[2 * ax + 1] else -1
+        return 0
+    return sorted(range(len(boxes)), key=functools.cmp_to_key(cmp))
+
+
+def merge_domains(images: Sequence[DomainImage], boxes: Sequence[Sequence[float]], eye) -> DomainImage:
+    """Domains' images as one: surfaces by depth (ties: the earlier domain), volumes by
+    "over" from the nearest box to the farthest (see :func:`front_to_back`)."""
+    from render.composite import depth_composite, over_composite
+
+    surfaces = [im.surface for im in images if im.surface is not None]
+    surface = None
+    if len(surfaces) == 1:
+        surface = surfaces[0]
+    elif surfaces:
+        surface = depth_composite([s[0] for s in surfaces], [s[1] for s in surfaces])
+    volumes = [images[i].volume for i in front_to_back(boxes, eye) if images[i].volume is not None]
+    volume = volumes[0] if len(volumes) == 1 else over_composite(volumes) if volumes else None
+    return DomainImage(surface, volume)
+
+
+def flatten(image: DomainImage, width: int, height: int, *, xp=np) -> tuple[Any, Any]:
+    """The volume over the surface: ``(rgba (H, W, 4), depth (H, W) or None)``, the depth
+    the surface's (None without one); transparent black (of module `xp`) when nothing
+    was drawn."""
+    from render.volume import over
+
+    surface, volume = image.surface, image.volume
+    if surface is None:
+        return (xp.zeros((height, width, 4), xp.float32) if volume is None else volume), None
+    if volume is None:
+        return surface
+    return over(volume.astype(surface[0].dtype, copy=False), surface[0]), surface[1]
+
+
+def describe_domain(plots: Sequence[tuple], i: int, domain) -> tuple[list, DomainSpec]:
+    """Domain `i`'s fields and :class:`DomainSpec` for `plots`.
+
+    Parameters
+    ----------
+    plots : sequence of tuples
+        ``(name, plot config, dataset, field, lo, hi, colormap)`` with global ranges
+        (the scene renderer's list); every dataset holds domain `i`.
+    i : int
+        The domain's index in each dataset.
+    domain : adaptors.mesh.Domain
+        Domain `i` as the simulation gave it (its place in the world).
+
+    Returns
+    -------
+    fields : list of arrays
+        The node fields the plots name, each once (by reference, ghosts included).
+    spec : DomainSpec
+
+    Raises
+    ------
+    ValueError
+        A pseudocolor plot of a pipeline that makes no surface.
+    """
+    fields: list = []
+    index: dict = {}
+
+    def at(ds, name: str) -> int:
+        if (id(ds), name) not in index:
+            index[(id(ds), name)] = len(fields)
+            fields.append(ds.domains[i].vertex_array(name))
+        return index[(id(ds), name)]
+
+    specs: list = []
+    for pname, p, ds, field, lo, hi, cmap in plots:
+        if p["type"] == "pseudocolor":
+            if ds.surface is None:
+                raise ValueError(f"plot {pname}: pipeline {p['pipeline']!r} makes no surface "
+                                 "(end it with a contour or threshold filter)")
+            s = ds.surface
+            specs.append(SurfacePlot(at(ds, s.field), at(ds, field or s.color_default),
+                                     tuple(map(float, s.levels)), float(lo), float(hi), cmap))
+        else:
+            opacity = p["color_table"].get("opacity")
+            specs.append(VolumePlot(at(ds, ds.volume_names.get(field, field)), float(lo), float(hi), cmap,
+                                    None if opacity is None else tuple(tuple(map(float, x)) for x in opacity)))
+    d = domain
+    spec = DomainSpec(tuple(map(float, d.spacing)), tuple(map(float, d.origin)),
+                      tuple(tuple(map(int, c)) for c in d.cells), tuple(map(float, d.node_origin)),
+                      tuple(map(float, d.box)), tuple(specs))
+    return fields, spec
