@@ -286,6 +286,16 @@ def test_absent_rank_times_out(mpi):
 
 
 @pytest.mark.mpi
+def test_rank_that_stops_mid_exchange_is_named(mpi):
+    p = mpi(3, "composite_check.py", "--fault", "stall", env=MPI_ENV, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    # direct-send: ranks 0 and 1 each wait for rank 2's strip.
+    for r in (0, 1):
+        assert f"rank {r}: PeerTimeoutError: MPI compositing on rank {r}: rank(s) [2] did not answer in time" \
+            in p.stdout, p.stdout
+
+
+@pytest.mark.mpi
 def test_rank_arriving_after_the_others_gave_up_times_out_too(mpi):
     # Rank 0 gives up after 1 s; rank 1 calls 3 s late with 2 s to spare. What rank 0
     # left pending (its part of the agreement) must not pair with rank 1's and leave it

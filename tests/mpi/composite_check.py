@@ -21,7 +21,8 @@ forget its kept configurations after every other call (the others keep theirs); 
 ``nccl=True/False``, or with ``given`` a NCCL communicator the script made itself.
 
 With ``--fault`` the ranks call wrongly (shape, dtype, order, nodepth, mode, hostipc, peers),
-one stays away (absent), or the others come after rank 0 gave up (late); every rank
+one stays away (absent), the others come after rank 0 gave up (late), or the last rank
+stops after the agreement (stall); every rank
 that calls prints "rank R: ErrorType: message" and the script exits 0 if each raised.
 """
 
@@ -189,6 +190,15 @@ def run_fault(args, comm, xp) -> bool:
         if rank != 0:
             time.sleep(4)  # longer than rank 0's timeout: it must give up, not hang
             return True
+    if args.fault == "stall" and rank == comm.size - 1:
+        # This rank agrees to composite, then never moves a strip (hung after the agreement).
+        import render._compositor
+
+        def stalled(*a, **k):
+            time.sleep(4)
+            raise PeerTimeoutError(f"rank {rank} stalled on purpose")
+
+        render._compositor.Compositor.run = stalled
     if args.fault == "late":
         comm = comm.Dup()
         kw.update(comm=comm, timeout=1.0 if rank == 0 else 2.0)
@@ -217,7 +227,8 @@ def main() -> None:
     ap.add_argument("--repeat", action="store_true")
     ap.add_argument("--evict-on-rank", type=int, default=None)
     ap.add_argument("--fault", default=None,
-                    choices=("shape", "dtype", "order", "nodepth", "mode", "hostipc", "peers", "absent", "late"))
+                    choices=("shape", "dtype", "order", "nodepth", "mode", "hostipc", "peers", "absent", "late",
+                             "stall"))
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
     xp = np
