@@ -246,6 +246,10 @@ def _put(stream, variables: Sequence[tuple[str, np.ndarray]], attributes: Mappin
         stream.end_step()
 
 
+_ALIGN = 64  # bytes: each array starts on a cache line
+_GROW = 1 << 20  # a slot's size is a multiple of this, so that frames of varying size seldom grow it
+
+
 def _layout(variables: Sequence[tuple[str, np.ndarray]]) -> tuple[list, int]:
     """Where each variable goes in a slot: ``[[name, dtype, shape, offset], ...]`` and the bytes needed."""
     spec, off = [], 0
@@ -257,17 +261,13 @@ def _layout(variables: Sequence[tuple[str, np.ndarray]]) -> tuple[list, int]:
     return spec, off
 
 
-_ALIGN = 64
-_GROW = 1 << 20
-
-
 class _Slot:
     """A frame buffer shared with the writer process: an anonymous memory file (``memfd``)
     whose descriptor is passed over a socket, so it has no name to leak, even when both
     processes are killed."""
 
     def __init__(self, size: int) -> None:
-        self.size = -(-size // _GROW) * _GROW
+        self.size = max(1, -(-size // _GROW)) * _GROW
         try:
             self.fd = os.memfd_create("insitu-frames")  # close-on-exec
         except (AttributeError, OSError):  # no memfd: a file unlinked at once
