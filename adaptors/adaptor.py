@@ -39,7 +39,8 @@ from . import mesh as _mesh
 from .config import SCHEMA, camera_problems, check_steering, is_number, load
 from .errors import AdaptorError, MeshError, NotInitializedError
 from .extracts import write_hdf5
-from .pipelines import Context, Dataset, PeerFailedError, run_pipeline
+from .context import Context, PeerFailedError
+from .pipelines import Dataset, run_pipeline
 from .scenes import SceneRenderer
 from .triggers import evaluate
 
@@ -378,7 +379,7 @@ class Adaptor:
         if e["type"] == "adios2_mesh":
             stream = self._streams.get(name)
             if stream is None:
-                from .intransit import MeshStream
+                from .meshstream import MeshStream
 
                 stream = self._streams[name] = MeshStream(prm["filename"], prm["engine"], rank=self.rank,
                                                           lossless=prm["lossless"], deadline=prm["deadline"])

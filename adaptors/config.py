@@ -34,6 +34,7 @@ import os
 import sys
 from typing import Any, Mapping
 
+from render.camera import from_settings as camera_from_settings
 from render.colormap import NAMES as _COLORMAPS
 
 from .errors import ConfigError
@@ -583,13 +584,11 @@ def camera_problems(camera: Mapping[str, Any], path: str) -> list[str]:
         return []
     import numpy as np
 
-    from .scenes import camera_for  # the renderers' own construction, so the check cannot drift from it
-
     centre = np.asarray(camera.get("look_at") or (0.5, 0.5, 0.5), np.float64)
     box = tuple(np.stack([centre - 0.5, centre + 0.5], axis=1).ravel())  # a unit box about what is looked at
     try:
         with np.errstate(all="ignore"):
-            cam = camera_for(camera, box)
+            cam = camera_from_settings(camera, box)  # the renderers' own: the check cannot drift from it
             near, far = cam.clip_range(box)
             finite = np.isfinite(cam.view_matrix()).all() and np.isfinite(cam.projection_matrix(1, 1, near, far)).all()
         if not finite:

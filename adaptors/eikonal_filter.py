@@ -5,7 +5,7 @@ split, as the domain decompositions of structured solvers do. From them the filt
 builds an :class:`insitu.Domain` over the global nodes (each node owned by one block,
 ghost width 1) and runs :class:`solvers.eikonal.EikonalSolver` on it, with the speed
 of each block taken from the fields where they live and the job's
-:class:`~adaptors.pipelines.Context` for its reduction and set-up agreement (deadlines,
+:class:`~adaptors.context.Context` for its reduction and set-up agreement (deadlines,
 failures told to every rank), until no node changes by more than ``tol`` or
 ``max_iter`` steps passed. The result is a vertex field shaped like each domain.
 """
@@ -23,7 +23,7 @@ from solvers.eikonal import EikonalSolver
 
 from .config import is_number
 from .mesh import Domain
-from .pipelines import Context
+from .context import Context
 
 __all__ = ["arrival_times"]
 

@@ -17,12 +17,14 @@ import numpy as np
 
 from insitu import arrays
 from insitu.profile import StageTimer
+from render.camera import from_settings as camera_from_settings
 
 from . import draw as _draw
 from .draw import DomainImage, Renderers, View, describe_domain, flatten, front_to_back, merge_domains
-from .pipelines import Context, Dataset
+from .context import Context
+from .pipelines import Dataset
 
-__all__ = ["Rendered", "SceneRenderer", "camera_for", "frame_path"]
+__all__ = ["Rendered", "SceneRenderer", "frame_path"]
 
 
 @dataclasses.dataclass
@@ -34,22 +36,6 @@ class Rendered:
     camera: Any  # render.camera.Camera
     ranges: dict  # plotted field -> (lo, hi)
     path: str | None  # the PNG to write, if the render has an image_prefix
-
-
-def camera_for(cfg: Mapping[str, Any], bounds):
-    """A render.camera.Camera from a render's camera settings and the data bounds."""
-    from render.camera import Camera
-
-    b = np.asarray(bounds, np.float64).reshape(3, 2)
-    if cfg.get("position") is not None:
-        look = cfg.get("look_at") or tuple(b.mean(axis=1))
-        return Camera(tuple(cfg["position"]), tuple(look), tuple(cfg.get("up") or (0.0, 1.0, 0.0)),
-                      float(cfg.get("fov") or 30.0))
-    kw = {"azimuth": float(cfg.get("azimuth") or 0.0), "elevation": float(cfg.get("elevation") or 0.0),
-          "zoom": float(cfg.get("zoom") or 1.0), "fov": float(cfg.get("fov") or 30.0)}
-    if cfg.get("up") is not None:
-        kw["up"] = tuple(cfg["up"])
-    return Camera.fit(tuple(b.ravel()), **kw)
 
 
 def frame_path(prefix: str, step: int) -> str:
@@ -81,7 +67,7 @@ class SceneRenderer:
         out = {}
         for rname, r in scene["renders"].items():
             cam_cfg = {**r["camera"], **(steer.get("camera") or {})}
-            cam = camera_for(cam_cfg, bounds)
+            cam = camera_from_settings(cam_cfg, bounds)
             w, h = r["image_width"], r["image_height"]
             # Global ranges first: collectives every rank reaches before any local work.
             plots = []

@@ -31,7 +31,8 @@ from insitu import arrays
 
 from . import draw as _draw
 from .draw import DomainImage, DomainSpec, View, describe_domain, flatten, merge_domains, thread_renderers
-from .pipelines import Context, Dataset
+from .context import Context
+from .pipelines import Dataset
 from .scenes import SceneRenderer
 
 __all__ = ["BlockSpec", "SparkSceneRenderer", "draw_block"]

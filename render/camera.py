@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["Camera"]
+__all__ = ["Camera", "from_settings"]
 
 
 def _unit(v) -> np.ndarray:
@@ -157,3 +157,31 @@ class Camera:
         x = (p @ r) / (z * t * width / height)
         y = (p @ u) / (z * t)
         return np.stack([(x + 1) * width / 2, (1 - y) * height / 2], axis=1), z
+
+
+def from_settings(settings: Mapping[str, Any], bounds) -> Camera:
+    """The camera that Ascent-style settings describe, about the data `bounds`.
+
+    Parameters
+    ----------
+    settings : mapping
+        Either ``position`` (with optional ``look_at``, default the data's centre, ``up``
+        and ``fov``), or an orbit about the data: ``azimuth``, ``elevation``, ``zoom``,
+        ``fov``, ``up``. Missing or None values take their defaults.
+    bounds : (6,) floats
+        ``(x0, x1, y0, y1, z0, z1)``.
+
+    Returns
+    -------
+    Camera
+    """
+    b = np.asarray(bounds, np.float64).reshape(3, 2)
+    if settings.get("position") is not None:
+        look = settings.get("look_at") or tuple(b.mean(axis=1))
+        return Camera(tuple(settings["position"]), tuple(look), tuple(settings.get("up") or (0.0, 1.0, 0.0)),
+                      float(settings.get("fov") or 30.0))
+    kw = {"azimuth": float(settings.get("azimuth") or 0.0), "elevation": float(settings.get("elevation") or 0.0),
+          "zoom": float(settings.get("zoom") or 1.0), "fov": float(settings.get("fov") or 30.0)}
+    if settings.get("up") is not None:
+        kw["up"] = tuple(settings["up"])
+    return Camera.fit(tuple(b.ravel()), **kw)

@@ -247,7 +247,8 @@ def test_threshold_and_contour_levels(tmp_path):
 def test_eikonal_filter_equals_scikit_fmm_across_domains():
     skfmm = pytest.importorskip("skfmm", reason="scikit-fmm is the reference")
     from adaptors.mesh import parse
-    from adaptors.pipelines import Context, run_pipeline
+    from adaptors.context import Context
+    from adaptors.pipelines import run_pipeline
 
     n, h = (21, 17, 13), 0.1
     speed = 1 + np.random.default_rng(0).random(n)

@@ -35,9 +35,6 @@ KNOWN_NAMES = {
 # in-transit writer out of the adaptor remove them. A circle found must lie within one
 # of these; shrink or remove an entry when its circle shrinks or goes.
 KNOWN_CYCLES = [
-    # pipelines -> eikonal_filter (in a function) -> pipelines (Context) and -> config;
-    # config -> scenes (camera_for, in a function) -> pipelines
-    frozenset({"adaptors.pipelines", "adaptors.eikonal_filter", "adaptors.config", "adaptors.scenes"}),
     # adaptor -> intransit (in a function) -> adaptor
     frozenset({"adaptors.adaptor", "adaptors.intransit"}),
 ]

@@ -104,7 +104,7 @@ class Collectives(Protocol):
     """The job-wide operations :class:`EikonalSolver` needs besides its halo exchange.
 
     Give one whose calls keep a deadline and tell every rank about a failure on any
-    (the adaptor's ``pipelines.Context`` is one); the default, over the solver's
+    (the adaptor's ``Context`` is one); the default, over the solver's
     `comm`, uses mpi4py's blocking ``allreduce`` and raises a set-up failure on its own
     rank only (the others then stop in the first halo exchange, after its `timeout`).
     """

@@ -6,7 +6,8 @@ import pytest
 import adaptors
 import insitu
 from adaptors.mesh import parse
-from adaptors.pipelines import Context, run_pipeline
+from adaptors.context import Context
+from adaptors.pipelines import run_pipeline
 from insitu import Domain
 from solvers.eikonal import EikonalSolver
 

@@ -22,7 +22,8 @@ from mpi4py import MPI
 
 import adaptors
 from adaptors.mesh import parse
-from adaptors.pipelines import Context, run_pipeline
+from adaptors.context import Context
+from adaptors.pipelines import run_pipeline
 from insitu import Domain
 
 out = sys.argv[1]

@@ -33,7 +33,7 @@ import numpy as np
 from mpi4py import MPI
 
 import adaptors
-from adaptors.pipelines import Context
+from adaptors.context import Context
 
 out, mode = sys.argv[1], sys.argv[2]
 comm = MPI.COMM_WORLD

@@ -18,7 +18,8 @@ from mpi4py import MPI
 
 import adaptors
 from adaptors.mesh import parse
-from adaptors.pipelines import Context, PeerFailedError, run_pipeline
+from adaptors.context import Context, PeerFailedError
+from adaptors.pipelines import run_pipeline
 from insitu import Domain
 from solvers.eikonal import EikonalSolver
 
