@@ -10,6 +10,7 @@ every later call with the same configuration.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import dataclasses
 import math
@@ -196,6 +197,16 @@ class Compositor:
 
 #: Configurations of this process, least recently used first.
 cache: collections.OrderedDict[tuple, Compositor] = collections.OrderedDict()
+
+
+@atexit.register
+def close_all() -> None:
+    """Close every kept configuration, in the same order on every rank (the ranks agreed on
+    each). Runs at exit before MPI and CUDA are torn down: left to the interpreter's
+    teardown, peers' mapped areas and private communicators were freed in any order,
+    corrupting the heap of ranks sharing a GPU."""
+    while cache:
+        drop(next(iter(cache)))
 
 
 def drop(key, *, failed: bool = False) -> None:
