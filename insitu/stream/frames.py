@@ -153,8 +153,8 @@ class FrameWriter(_Stream):
         ----------
         image : (H, W, 4) uint8, straight alpha, NumPy or CuPy
             A device image is copied to the host here (counted: the frame leaving).
-            ``render.image.to_uint8`` makes one from a premultiplied float render.
-        camera : render.camera.Camera or (9,) floats, optional
+            (A renderer's premultiplied float image needs un-premultiplying first.)
+        camera : object with ``position``, ``look_at`` and ``up``, or (9,) floats, optional
         depth : (H, W) float array, optional
         ranges : {field: (lo, hi)}, optional
             The same fields every step.
@@ -192,7 +192,7 @@ class FrameWriter(_Stream):
     def write_variables(self, variables: Sequence[tuple[str, Any]], *,
                         attributes: Mapping[str, Any] | None = None) -> bool:
         """Write one step of any variables, each a whole global array (what :meth:`write`
-        does with a frame's; :class:`adaptors.intransit.MeshStream` sends domains so).
+        does with a frame's; the adaptor's in-transit mesh stream sends domains so).
 
         Parameters
         ----------
