@@ -82,7 +82,8 @@ class MeshStream:
 
     @property
     def dropped(self) -> int:
-        """Steps dropped: lossless SST after a deadline, until a reader connects again."""
+        """Steps dropped: lossless SST after a deadline, until a reader connects again;
+        default SST, steps replaced by a newer one while the writer process was busy."""
         return self._writer.dropped
 
     def write(self, domains: list[Domain], fields: list[str] | None, *, step: int, time: float) -> bool:

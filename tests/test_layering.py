@@ -22,8 +22,7 @@ ABOVE = ("adaptors", "render", "solvers")
 # "adaptors/scenes.py". The words alone ("the render stage") are not names.
 DOTTED = re.compile(r"(?<![\w.])(?:%s)[./][A-Za-z_]" % "|".join(ABOVE))
 
-# Text in modules other sessions are rewording now (issue 20); found names must be among
-# these, and each line goes once it is reworded.
+# Upward names allowed to stay in insitu/: a found name must be among these.
 KNOWN_NAMES: set[tuple[str, str]] = set()  # (file, name) allowed to stay; none
 
 # Import circles (strongly connected modules) allowed to stay: a circle found must lie
