@@ -11,7 +11,7 @@ import numpy as np
 from insitu import arrays
 from insitu.errors import PeerTimeoutError
 
-from .errors import AdaptorError
+from .errors import AdaptorError, MeshError
 from .mesh import Domain
 
 __all__ = ["Context", "PeerFailedError"]

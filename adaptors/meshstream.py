@@ -13,7 +13,6 @@ staged to the host for ADIOS2 (counted).
 
 from __future__ import annotations
 
-import sys
 from typing import Iterator
 
 import numpy as np

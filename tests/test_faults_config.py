@@ -332,3 +332,14 @@ def test_a_lossless_stream_without_a_viewer_fails_one_step_within_its_deadline(t
     assert False in ok and max(took) < 15, (ok, took, errors)
     assert any("ReaderTimeoutError" in e for e in errors), errors
     assert ok[-1], (ok, errors)  # the steps after it go on (frames dropped until a viewer comes)
+
+
+def test_a_trigger_on_a_field_the_mesh_lacks_fails_the_step_naming_it(tmp_path):
+    cfg = config(tmp_path)
+    cfg["triggers"] = {"t": {"condition": "max(field('nope')) > 1", "actions": ["s"]}}
+    cfg["exceptions"] = "catch"
+    with adaptors.Adaptor(cfg) as a:
+        assert not a.execute(0, 0.0, sphere_mesh())
+        errors = a.results()["errors"]
+        assert any("MeshError" in e and "no field 'nope'" in e for e in errors), errors
+        assert not a.execute(1, 0.0, sphere_mesh())  # and again: nothing broke for good
