@@ -22,8 +22,8 @@ from . import arrays
 from .domain import DIRECTIONS, Domain
 from .errors import MismatchError
 from ._halo_copy import CupyCopier, Gates, NumpyCopier, work_items
-from .transports import (KNOWN, PeerInfo, TransportContext, alloc_area, choose, get_transport, wait_requests,
-                         wait_stream)
+from .transports import (PeerInfo, TransportContext, allgather_object, alloc_area, check_override, choose_peers,
+                         open_transports, override_signature, wait_requests, wait_stream)
 
 __all__ = ["HaloExchange", "exchange_halos", "halo_messages"]
 
@@ -137,11 +137,7 @@ class HaloExchange:
         bad = [r for r in set(domain.owners) if not 0 <= r < self.size]
         if bad:
             raise ValueError(f"domain assigns blocks to rank(s) {sorted(bad)}, but the job has {self.size} rank(s)")
-        for name in ([transport] if isinstance(transport, str) else (transport or {}).values()):
-            if name == "inproc":
-                raise ValueError("transport 'inproc' serves only blocks of the same rank; "
-                                 f"for other ranks choose one of {', '.join(KNOWN[1:])}")
-            get_transport(name)  # unknown names raise with the list of known ones
+        check_override(transport)
         self._override = transport
         self.local = domain.blocks_of(self.rank)
         self._shapes = {g: domain.block(g).padded_shape for g in self.local}
@@ -385,11 +381,12 @@ class HaloExchange:
         mine = {
             "dims": dom.dims, "block offsets": dom.offsets, "ghost width": dom.ghost,
             "periodic axes": dom.periodic, "block owners": dom.owners, "dtype": dtype,
-            "array backend": backend, "transport override": _override_sig(self._override),
+            "array backend": backend, "transport override": override_signature(self._override),
         }
-        wait_requests([comm.Ibarrier()], [None], time.monotonic() + self.timeout,
-                      f"halo exchange set-up on rank {self.rank}")
-        everyone = comm.allgather((mine, me))
+        # Polled with a deadline throughout: a rank that comes after the others gave up
+        # times out here too, instead of blocking in a collective they never enter.
+        everyone = allgather_object(comm, (mine, me), time.monotonic() + self.timeout,
+                                    f"halo exchange set-up on rank {self.rank}")
         for r, (theirs, _) in enumerate(everyone):
             for name, a in mine.items():
                 if theirs[name] != a:
@@ -399,19 +396,14 @@ class HaloExchange:
                     )
         infos = [e[1] for e in everyone]
         self._ctx.infos = infos
-        by_name: dict[str, tuple[dict, dict]] = {}
-        for p in sorted(set(self._sends) | set(self._recvs)):
-            name = self._choice(me, infos[p], infos)
-            self.peer_transport[p] = name
-            s, r = by_name.setdefault(name, ({}, {}))
-            if p in self._sends:
-                s[p] = self._views(self._send_seg[p])
-            if p in self._recvs:
-                r[p] = self._views(self._recv_seg[p])
+        self.peer_transport = choose_peers(me, sorted(set(self._sends) | set(self._recvs)), infos, self._override,
+                                           persistent=True)
+        # The fused p2p kernel unpacks each work item once that item's own flag is set,
+        # so p2p must make one flag per item a peer sends us.
         items = {q: sum(work_items(m.size) for m in ms) for q, ms in self._recvs.items()}
-        self._transports = [get_transport(n)(self._ctx, s, r, self._area,
-                                             **({"item_flags": items} if n == "p2p" else {}))
-                            for n, (s, r) in sorted(by_name.items())]
+        self._transports = open_transports(
+            self._ctx, self.peer_transport, {p: self._views(seg) for p, seg in self._send_seg.items()},
+            {p: self._views(seg) for p, seg in self._recv_seg.items()}, self._area, {"p2p": {"item_flags": items}})
         self._key = key
         if self._fusable(backend):
             self._fuse(dtype, self._transports[0])
@@ -506,16 +498,6 @@ class HaloExchange:
         self._p2p = p2p
         p2p.begin()  # epoch 1, our area free for the first exchange; each launch then opens the next
 
-    def _choice(self, me: PeerInfo, peer: PeerInfo, infos) -> str:
-        o = self._override
-        if isinstance(o, str):
-            return o
-        if isinstance(o, Mapping) and peer.rank in o:
-            name = o[peer.rank]
-            get_transport(name)
-            return name
-        return choose(me, peer, infos, persistent=True)
-
 
 def _mirror_pairs(msgs: list[_Msg]) -> tuple[list[_Msg], list[tuple[int, int]]]:
     """`msgs` reordered so that each message sits next to its mirror (the copy in the
@@ -538,12 +520,6 @@ def _mirror_pairs(msgs: list[_Msg]) -> tuple[list[_Msg], list[tuple[int, int]]]:
 
 def _starts(slices) -> tuple[int, int, int]:
     return tuple(x.start for x in slices)
-
-
-def _override_sig(o) -> Any:
-    if o is None or isinstance(o, str):
-        return o
-    return "per-peer"  # per-peer maps differ between ranks by nature
 
 
 _cache: dict[tuple, HaloExchange] = {}

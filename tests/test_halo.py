@@ -118,6 +118,14 @@ def test_unknown_transport_lists_known():
         HaloExchange(dom, transport="inproc")
 
 
+def test_transport_of_the_wrong_kind_is_refused_up_front():
+    dom = Domain.create((8, 8, 8), blocks=(2, 1, 1))
+    with pytest.raises(ValueError, match=r"transport must be a name or a \{peer rank: name\} mapping, got list"):
+        HaloExchange(dom, transport=["mpi"])
+    with pytest.raises(ValueError, match="unknown transport 'tcp'"):
+        HaloExchange(dom, transport={1: "tcp"})
+
+
 def test_owners_beyond_job_size():
     dom = Domain.create((8, 8, 8), blocks=(2, 1, 1), nranks=2)
     with pytest.raises(ValueError, match=r"assigns blocks to rank\(s\) \[1\], but the job has 1 rank"):

@@ -28,6 +28,17 @@ def test_silent_peer_times_out(mpi, fault, message):
     assert message in p.stdout
 
 
+def test_rank_arriving_after_the_others_gave_up_times_out_too(mpi):
+    # A second set-up (new dtype) after one exchange: rank 0 (timeout 1 s) gives up,
+    # rank 1 comes 3 s late (timeout 2 s). It must get PeerTimeoutError too, not
+    # complete rank 0's abandoned half of a collective and block in the next one.
+    p = mpi(2, "halo_faults.py", "late", timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for r in (0, 1):
+        assert (f"rank {r}: PeerTimeoutError: halo exchange set-up on rank {r}: some rank of the communicator "
+                "did not answer in time") in p.stdout, p.stdout
+
+
 @pytest.mark.parametrize("fault,message", [
     ("dtype", "rank 1 has dtype 'float64', rank 0 has 'float32'"),
     ("ghost", "rank 1 has ghost width 2, rank 0 has 1"),

@@ -117,6 +117,29 @@ def test_open_transports_groups_peers_by_name():
     assert ts[0].label == "mpi"  # host data: nothing staged
 
 
+def test_open_transports_gives_options_only_to_the_transport_they_name():
+    import numpy as np
+
+    from insitu.transports import TransportContext, open_transports
+
+    area = np.zeros(4)
+    ctx = TransportContext(None, 0, [], 1.0)
+    # MPITransport takes no item_flags: p2p's options must not reach it.
+    (t,) = open_transports(ctx, {1: "mpi"}, {1: area[:2]}, {1: area[2:]}, area, {"p2p": {"item_flags": {1: 3}}})
+    assert t.name == "mpi" and t.peers == [1]
+    with pytest.raises(TypeError, match="item_flags"):
+        open_transports(ctx, {1: "mpi"}, {1: area[:2]}, {1: area[2:]}, area, {"mpi": {"item_flags": {1: 3}}})
+
+
+def test_override_signature_is_what_ranks_compare():
+    from insitu.transports import override_signature
+
+    assert override_signature(None) is None
+    assert override_signature("ipc") == "ipc"
+    # Per-peer maps name different peers on each rank: only their kind is compared.
+    assert override_signature({1: "ipc"}) == override_signature({0: "mpi", 2: "p2p"}) == "per-peer"
+
+
 def test_allgather_object_on_one_rank_round_trips_large_objects():
     import time
 

@@ -14,7 +14,8 @@ mpi        everything else; host arrays                         device data, unl
 =========  ===================================================  ==================
 
 :func:`choose` gives the default for a pair; ``transport=`` on the halo exchange (and
-on compositing) overrides it: :func:`check_override` vets such an argument and
+on compositing) overrides it: :func:`check_override` vets such an argument,
+:func:`override_signature` is the part of it all ranks must pass alike, and
 :func:`choose_peers` applies it. :func:`open_transports` opens the transports of one
 communication pattern. :func:`get_transport` answers an unknown name with the known ones.
 """
@@ -49,6 +50,7 @@ __all__ = [
     "mpi_cuda_aware",
     "nccl_available",
     "open_transports",
+    "override_signature",
     "recv_object",
     "wait_requests",
     "wait_stream",
@@ -113,6 +115,12 @@ def check_override(override: str | Mapping[int, str] | None) -> None:
             raise ValueError("transport 'inproc' serves only blocks of the same rank; "
                              f"for other ranks choose one of {', '.join(KNOWN[1:])}")
         get_transport(name)  # unknown names raise with the list of known ones
+
+
+def override_signature(override: str | Mapping[int, str] | None) -> str | None:
+    """What of a ``transport=`` argument every rank must pass alike: ``None`` or the one
+    name; a per-peer map becomes ``"per-peer"`` (its entries differ between ranks by nature)."""
+    return override if override is None or isinstance(override, str) else "per-peer"
 
 
 def choose_peers(me: PeerInfo, peers: Iterable[int], infos: Sequence[PeerInfo],

@@ -1,8 +1,10 @@
 """Run under mpiexec -n 2 with a fault: rank 1 breaks the exchange, rank 0 reports it.
 
 Faults: silent (rank 1 never joins), stops (rank 1 exchanges once, then stops),
-dtype, ghost, transport (rank 1 differs). Optional second argument BACKEND:TRANSPORT
-(e.g. ``cupy:p2p``, one GPU per rank) for the device paths.
+late (after one exchange both switch dtype, so both set up again; rank 1 comes after
+rank 0 gave up: both must time out), dtype, ghost, transport (rank 1 differs).
+Optional second argument BACKEND:TRANSPORT (e.g. ``cupy:p2p``, one GPU per rank) for
+the device paths.
 Each rank prints "rank R: ErrorType: message" and exits 0 if it raised as expected.
 """
 
@@ -36,7 +38,16 @@ if fault == "silent" and odd:
     time.sleep(4)  # longer than rank 0's timeout: it must give up, not hang
     comm.Barrier()
     sys.exit(0)
-ex = HaloExchange(dom, comm, transport=transport, timeout=2.0)
+timeout = (1.0 if rank == 0 else 2.0) if fault == "late" else 2.0
+ex = HaloExchange(dom, comm, transport=transport, timeout=timeout)
+if fault == "late":
+    comm.Barrier()  # rank 0's 1 s must not be spent waiting for a slow start of rank 1
+    ex.exchange(blocks)  # the private communicator exists from here on
+    blocks = {g: b.astype(np.float64) for g, b in blocks.items()}  # a new key: set-up again
+    if odd:
+        # Rank 0 has given up on the second set-up by now; what it left pending must
+        # not pair with this rank's half and leave it in a collective rank 0 never enters.
+        time.sleep(3)
 if fault == "stops":
     ex.exchange(blocks)
     if odd:
@@ -53,6 +64,6 @@ except (MismatchError, PeerTimeoutError) as exc:
 else:
     print(f"rank {rank}: no error", flush=True)
     ok = False
-if fault in ("silent", "stops"):
+if fault in ("silent", "stops", "late"):
     comm.Barrier()
 sys.exit(0 if ok else 1)
