@@ -103,7 +103,8 @@ class Param:
                 problems.append(f"{path}: expected one of {', '.join(choices)}, got {_short(value)}")
             return value
         if k in ("number", "int"):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or (k == "int" and not isinstance(value, int)):
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or (k == "int" and not isinstance(value, int))):
                 problems.append(f"{path}: expected {'an integer' if k == 'int' else 'a number'}, got {_what(value)}")
             elif not is_real(value):
                 problems.append(f"{path}: expected a finite number, got {_short(value)}")
@@ -312,7 +313,8 @@ SCHEMA: dict[str, Any] = {
                           "dropped", 30.0, lo=0, lo_open=True, unit="seconds"),
         },
         "adios2_mesh": {
-            "filename": P("str", "stream name; each rank writes <filename>.rank<r> (read by python -m adaptors.intransit)",
+            "filename": P("str", "stream name; each rank writes <filename>.rank<r> "
+                          "(read by python -m adaptors.intransit)",
                           required=True),
             "engine": P("enum:SST|BP5", "SST: to analysis ranks in transit; BP5: files", "SST"),
             "fields": P("names", "fields to send (default: all)"),

@@ -189,7 +189,8 @@ def insitu(b: Bench) -> None:
                     + (", weak scaling" if args.weak else ""), cmd)
     table = ("Median ms per iteration over the iterations (slowest rank per stage); `other` is the adaptor's "
              "own work (mesh checks, scene set-up) beyond its timed stages.\n\n"
-             "| grid | ranks | solver (T, 1/speed) | hand-off | triangles | iteration | " + " | ".join(STAGES) + " | other |\n"
+             "| grid | ranks | solver (T, 1/speed) | hand-off | triangles | iteration | "
+             + " | ".join(STAGES) + " | other |\n"
              "| --- | ---: | --- | --- | ---: | ---: | " + " | ".join("---:" for _ in STAGES) + " | ---: |\n")
     for r in rows:
         table += (f"| {r['grid']} | {b.size} | {r['slowness']} | {r['dtype']} | {r['triangles']} | "
@@ -335,7 +336,8 @@ def mandelbulb_table(b: Bench) -> None:
     cmd = f"mpirun -n {b.size} python examples/bench_insitu.py mandelbulb --n {' '.join(map(str, args.n))}"
     text = b.header(f"Mandelbulb isosurface (level 11), {b.size} rank(s)", cmd)
     text += ("| grid | ranks | faces | marching cubes, ms (slowest rank) | Gvoxels/s | Mfaces/s | "
-             "one read of the block at copy bandwidth, ms | x one read |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+             "one read of the block at copy bandwidth, ms | x one read |\n"
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
     for n, faces, t, read in rows:
         text += (f"| {n}^3 | {b.size} | {faces} | {_ms(t)} | {n ** 3 / t / 1e9:.1f} | {faces / t / 1e6:.0f} | "
                  f"{_ms(read)} | {t / read:.1f} |\n")

@@ -357,7 +357,8 @@ def test_steering_rejects_unknown_keys():
 
 def test_the_configuration_reference_is_generated_from_the_schema():
     with open(os.path.join(ROOT, "docs", "CONFIG.md")) as f:
-        assert f.read() == describe() + "\n", "regenerate: python -c 'import adaptors; print(adaptors.describe())' > docs/CONFIG.md"
+        assert f.read() == describe() + "\n", \
+            "regenerate: python -c 'import adaptors; print(adaptors.describe())' > docs/CONFIG.md"
 
 
 def test_ghost_boxes_follow_the_array_not_its_address():
@@ -428,7 +429,8 @@ def test_pause_skips_the_work_until_resumed(tmp_path):
 def test_a_bad_steering_update_changes_nothing(tmp_path):
     with adaptors.Adaptor(config(tmp_path)) as a:
         for bad, match in [({"camera": {"azimuth": "left"}}, "camera/azimuth: expected a number"),
-                           ({"camera": {"zoom": -1}, "iso_values": [0.5]}, r"camera/zoom: must be in \[1e-06, 1e\+06\]"),
+                           ({"camera": {"zoom": -1}, "iso_values": [0.5]},
+                            r"camera/zoom: must be in \[1e-06, 1e\+06\]"),
                            ({"iso_values": [float("nan")]}, "iso_values: expected a list of finite numbers"),
                            ({"transfer_function": [[0, 2.0]]}, "opacities in"),
                            ({"pause": "yes"}, "pause: expected true or false")]:

@@ -109,7 +109,8 @@ def test_device_arrays_are_recognised(make):
 @pytest.mark.parametrize("make", [FakeCudaArray, FakeCudaDLPack], ids=["cuda_array_interface", "dlpack_cuda"])
 def test_device_array_without_cupy_raises_naming_the_array(make):
     fake = make(_host())
-    with pytest.raises(DeviceUnavailableError, match=re.escape("fields/phi/values") + r" is a CUDA device array, but " + CUPY_UNUSABLE):
+    want = re.escape("fields/phi/values") + r" is a CUDA device array, but " + CUPY_UNUSABLE
+    with pytest.raises(DeviceUnavailableError, match=want):
         insitu.asarray(fake, name="fields/phi/values")
     with pytest.raises(DeviceUnavailableError, match=CUPY_UNUSABLE):
         arrays.get_array_module(fake)
@@ -236,7 +237,8 @@ def test_select_device_without_cupy_is_none():
     assert arrays.select_device(MPI.COMM_WORLD) is None
 
 
-@pytest.mark.parametrize("shape,dtype", [((4, 5, 6), np.float32), ((7,), np.int64), ((0, 3), np.uint8), (5, np.float64)])
+@pytest.mark.parametrize("shape,dtype",
+                         [((4, 5, 6), np.float32), ((7,), np.int64), ((0, 3), np.uint8), (5, np.float64)])
 def test_pinned_empty_shape_and_dtype(shape, dtype):
     a = arrays.pinned_empty(shape, dtype)
     assert isinstance(a, np.ndarray)

@@ -76,7 +76,8 @@ def test_dims_create_is_most_balanced_for_large_counts(k):
         ours, best = insitu.dims_create(n, k), _most_balanced(n, k)
         assert math.prod(ours) == n
         if ours[0] - ours[-1] > best[0] - best[-1]:
-            wrong.append(f"dims_create({n}, {k}) = {ours}, most balanced {best}, MPI gives {tuple(MPI.Compute_dims(n, k))}")
+            wrong.append(f"dims_create({n}, {k}) = {ours}, most balanced {best}, "
+                         f"MPI gives {tuple(MPI.Compute_dims(n, k))}")
     assert not wrong, f"{len(wrong)} unbalanced factorizations:\n" + "\n".join(wrong)
 
 
@@ -100,7 +101,8 @@ def test_dims_create_errors(args, match):
 
 def _offsets_for(dims_a):
     """Strictly increasing split points 0 = o0 < ... < on = dims_a (at most 5 blocks)."""
-    inner = st.lists(st.integers(1, dims_a - 1), max_size=min(4, dims_a - 1), unique=True) if dims_a > 1 else st.just([])
+    inner = (st.lists(st.integers(1, dims_a - 1), max_size=min(4, dims_a - 1), unique=True) if dims_a > 1
+             else st.just([]))
     return inner.map(lambda cuts: (0, *sorted(cuts), dims_a))
 
 

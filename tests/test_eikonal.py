@@ -293,7 +293,8 @@ def test_speed_per_block_is_checked():
     speeds = _split_speed(dom, np.ones(dom.dims))
     with pytest.raises(ValueError, match=r"speed: no array for block 1; the mapping has blocks \[0\]"):
         EikonalSolver(dom, {0: speeds[0]}, [(1, 1, 1)])
-    with pytest.raises(ValueError, match=r"speed: the array of block 1 has shape \(6, 10, 7\), the block is \(6, 10, 8\)"):
+    with pytest.raises(ValueError,
+                       match=r"speed: the array of block 1 has shape \(6, 10, 7\), the block is \(6, 10, 8\)"):
         EikonalSolver(dom, {0: speeds[0], 1: speeds[1][..., :7]}, [(1, 1, 1)])
     speeds[1][2, 3, 4] = 0.0
     with pytest.raises(ValueError, match="speed: must be finite and > 0 everywhere; found values <= 0 in block 1"):

@@ -13,7 +13,6 @@ import os
 import re
 import tokenize
 
-import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("insitu", "adaptors", "render", "solvers")

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import MPI_DIR, ROOT
 from insitu.launch import mpiexec
-from insitu.stream import FrameReader, FrameWriter, SteeringReader, SteeringWriter, steering_name
+from insitu.stream import FrameReader, FrameWriter, SteeringReader, steering_name
 
 sys.path.insert(0, MPI_DIR)
 from frames_writer import pattern  # noqa: E402

@@ -77,7 +77,8 @@ def test_specular_highlight_sits_at_the_half_vector(rasterizer):
     v, f, n = uv_sphere()
     w = h = 256
     cam = Camera((0, 0, 5), (0, 0, 0), fov=30)
-    rgba, _ = render_mesh(v, f, n, width=w, height=h, camera=cam, color=(0, 0, 0), light=(0, 1, 1), rasterizer=rasterizer,
+    rgba, _ = render_mesh(v, f, n, width=w, height=h, camera=cam, color=(0, 0, 0), light=(0, 1, 1),
+                          rasterizer=rasterizer,
                           material=Material(ambient=0.0, diffuse=0.0, specular=1.0, shininess=50))
     hit, normal, _ = sphere_hits(cam, w, h)
     r, c = np.unravel_index(np.argmax(rgba[..., 0]), rgba.shape[:2])

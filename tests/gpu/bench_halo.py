@@ -182,10 +182,12 @@ def driver(args) -> None:
         "",
         f"Device: {dev} (x{ngpu}); date {datetime.date.today()}; commit {commit}; "
         f"command `python tests/gpu/bench_halo.py --n {args.n} --blocks {' '.join(map(str, args.blocks))}"
-        f"{' --only ' + repr(args.only) if args.only else ''}{' --reps ' + str(args.reps) if args.reps != 50 else ''}`; "
+        f"{' --only ' + repr(args.only) if args.only else ''}"
+        f"{' --reps ' + str(args.reps) if args.reps != 50 else ''}`; "
         f"median of {args.reps} exchanges after warm-up.",
         "",
-        "| configuration | transports | ms / exchange | ghost MB | GB/s (all ghosts) | device copy of same bytes, GB/s | "
+        "| configuration | transports | ms / exchange | ghost MB | GB/s (all ghosts) | "
+        "device copy of same bytes, GB/s | "
         "remote MB | GB/s (remote) | raw NCCL same bytes, GB/s | vs NCCL | host transfers / exchange | "
         "rank 0: checks / pack / unpack / same-rank copies, us |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",

@@ -38,7 +38,8 @@ speed = 1.0 + x[:, None, None] + 0.5 * np.sin(6 * y[None, :, None]) * np.ones(di
 
 
 def cfg(prefix, engine="embedded"):
-    return {"engine": engine, "pipelines": {"pl": {"c": {"type": "contour", "params": {"field": "f", "iso_values": [0.3]}}}},
+    contour = {"type": "contour", "params": {"field": "f", "iso_values": [0.3]}}
+    return {"engine": engine, "pipelines": {"pl": {"c": contour}},
             "scenes": {"s": {"plots": {"p": {"type": "pseudocolor", "pipeline": "pl", "field": "s"},
                                        "v": {"type": "volume", "field": "f", "min_value": 0.0, "max_value": 0.8,
                                              "color_table": {"name": "plasma", "opacity": [[0, 0.9], [0.8, 0.0]]}}},
@@ -98,5 +99,6 @@ if rank == 0:
         bad.append(f"eikonal: decomposed arrival times differ from the whole-grid solve by {worst:.3e}")
     for b in bad:
         print("FAIL", b, flush=True)
-    print(f"{'OK' if not bad else 'FAILED'} ranks={size} engine={engine} pixels_close={close:.5f} eikonal_err={worst:.2e}", flush=True)
+    print(f"{'OK' if not bad else 'FAILED'} ranks={size} engine={engine} pixels_close={close:.5f} "
+          f"eikonal_err={worst:.2e}", flush=True)
 sys.exit(1 if rank == 0 and bad else 0)
