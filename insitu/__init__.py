@@ -2,10 +2,11 @@
 
 The runtime layer: arrays and the counted transfer gateway (:mod:`insitu.arrays`),
 domain decomposition (:mod:`insitu.domain`), halo exchange (:mod:`insitu.halo`) over
-pluggable transports (:mod:`insitu.transports`).
+pluggable transports (:mod:`insitu.transports`); logging (:mod:`insitu.log`: named
+loggers, the MPI rank in each record, ``insitu.log.enable()`` for output on stderr).
 """
 
-from . import arrays, domain, halo, transports
+from . import arrays, domain, halo, log, transports
 from .arrays import (
     DeviceUnavailableError,
     HostTransferError,
@@ -37,6 +38,7 @@ __all__ = [
     "domain",
     "exchange_halos",
     "halo",
+    "log",
     "no_host_transfers",
     "to_device",
     "to_host",

@@ -71,6 +71,7 @@ import warnings
 from typing import Any, Iterable
 
 import insitu
+from insitu import log as insitu_log
 from insitu.errors import InsituError
 
 from . import cache as _cache
@@ -94,6 +95,10 @@ DEFAULT_IDLE_TIMEOUT = 120.0
 # What a daemon's fingerprint holds of its options (the device is in the socket's name:
 # ordinals differ between processes with other CUDA_VISIBLE_DEVICES).
 _FINGERPRINT_OPTIONS = ("budget_bytes", "host_budget_bytes", "spill_dir", "max_message_bytes")
+# A daemon serves the processes of a node, not one rank: its log lines name its pid.
+_DAEMON_LOG_FORMAT = "%(asctime)s [insitu daemon pid %(process)d] %(levelname)s %(name)s: %(message)s"
+
+_log = insitu_log.get_logger(__name__)
 
 
 class DaemonStartError(InsituError):
@@ -271,8 +276,8 @@ class _Server:
                 idle = time.monotonic() - self.last_activity
                 if self.connections or idle < self.idle_timeout or self.owners():
                     continue
-                print(f"insitu worker daemon pid {os.getpid()}: no owner process left, no connection, idle for "
-                      f"{idle:.1f} s (idle_timeout {self.idle_timeout:g} s): exiting", flush=True)
+                _log.info("insitu worker daemon pid %d: no owner process left, no connection, idle for %.1f s "
+                          "(idle_timeout %g s): exiting", os.getpid(), idle, self.idle_timeout)
                 self.stop()  # under the lock: serve() takes no connection after this
                 return
 
@@ -330,6 +335,7 @@ class _Server:
                         # Refused before anything was allocated; the rest of the message is
                         # unread, so the connection cannot go on.
                         e.add_note(f"refused by the worker daemon (pid {os.getpid()}) at {self.path}")
+                        _log.warning("refused a request: %s", e)
                         try:
                             handoff.send_frames(conn, _error_reply(e))
                         except OSError:
@@ -387,6 +393,7 @@ class _Server:
                 return handoff.dumps(("ok", os.getpid())), True
             raise ValueError(f"worker daemon: unknown request {kind!r}; expected run, ping, hello, stats or shutdown")
         except BaseException as e:  # noqa: BLE001 - a user function calling sys.exit must not end the connection
+            _log.debug("a request failed (the error goes back to the client)", exc_info=e)
             try:
                 ex.synchronize(self.worker.device)  # work launched before the error must not outlive the reply
             except Exception:  # noqa: BLE001, S110 - the error being reported matters more
@@ -429,13 +436,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds without owners, connections and requests before exiting (inf: never)")
     ap.add_argument("--ready-fd", type=int, default=None, help="write 'READY <pid>' to this descriptor when listening")
     args = ap.parse_args(argv)
+    insitu_log.enable("INFO", fmt=_DAEMON_LOG_FORMAT)  # to stderr: start_daemon sends it to the socket's .log
     idle = idle_timeout_default() if args.idle_timeout is None else _check_idle_timeout(args.idle_timeout)
     if args.max_message_bytes is not None and args.max_message_bytes <= 0:
         raise ValueError(f"--max-message-bytes must be > 0, got {args.max_message_bytes}")
     # Handles from a previous daemon on this socket must not name blocks of this one.
     _cache._ids = itertools.count(secrets.randbits(48) << 8)  # noqa: SLF001
     for d in _cache.clean_stale_spill_dirs(args.spill_dir):
-        print(f"removed the spill directory {d} of a dead process", flush=True)
+        _log.info("removed the spill directory %s of a dead process", d)
     worker = _DaemonWorker(args.device, budget_bytes=args.budget_bytes, host_budget_bytes=args.host_budget_bytes,
                            spill_dir=args.spill_dir)
     fp = fingerprint(args.device, budget_bytes=args.budget_bytes, host_budget_bytes=args.host_budget_bytes,
@@ -443,8 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     server = _Server(check_socket_path(args.socket), worker, fingerprint=fp, owners=args.owner, idle_timeout=idle,
                      max_message_bytes=fp["max_message_bytes"])
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
-    print(f"insitu worker daemon pid {os.getpid()} device {args.device} listening on {server.path}; owners "
-          f"{server.owners()}, idle_timeout {idle:g} s", flush=True)
+    _log.info("insitu worker daemon pid %d device %s listening on %s; owners %s, idle_timeout %g s", os.getpid(),
+              args.device, server.path, server.owners(), idle)
     if args.ready_fd is not None:
         os.write(args.ready_fd, f"READY {os.getpid()}\n".encode())
         os.close(args.ready_fd)
@@ -452,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         server.serve()
     finally:
         server.close()
-    print(f"insitu worker daemon pid {os.getpid()} stopped", flush=True)
+    _log.info("insitu worker daemon pid %d stopped", os.getpid())
     return 0
 
 

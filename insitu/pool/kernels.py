@@ -18,7 +18,8 @@ The disk cache
 A module's key is the SHA-256 of its source, the compile options, the name
 expressions, the CuPy version, the device's compute capability and the NVRTC
 version; the function name is not in it (one compiled module serves all its
-kernels). On a miss the source is compiled with
+kernels). On a miss (logged at INFO: ``compiling CUDA kernel 'name' (first use;
+cached in DIR)``) the source is compiled with
 ``cupy.cuda.compiler.compile_using_nvrtc`` (CuPy >= 9: it returns the binary, CUBIN
 or PTX, and the mangled names of the name expressions) and stored as two files in
 the cache directory:
@@ -63,6 +64,7 @@ import numpy as np
 
 from insitu import arrays, plugins
 from insitu.arrays import DeviceUnavailableError
+from insitu.log import compiling, get_logger
 
 __all__ = [
     "DEFAULT_BLOCK",
@@ -86,6 +88,7 @@ __all__ = [
 DEFAULT_BLOCK = 256
 
 _ENTRY_VERSION = 1
+_log = get_logger(__name__)
 _NAME_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
@@ -369,6 +372,7 @@ class KernelCache:
                 if entry is not None:
                     self._stats["disk_hits"] += 1
                 else:
+                    compiling(_log, f"CUDA kernel {name!r}", self.cache_dir if self._dir_trusted() else None)
                     entry = self._compile(source, name, options, name_expressions)
                     self._stats["compiles"] += 1
                     self._store(key, entry[0], entry[1], platform=platform, options=options,

@@ -18,6 +18,10 @@ if __name__ == "__main__":
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    # stdout is the data channel to the simulation: the log goes to stderr (the simulation's)
+    from ..log import enable
+
+    enable("WARNING")
     try:
         if sys.argv[1] == "frames":
             from .frames import serve

@@ -23,12 +23,15 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..log import get_logger
 from ._sst import ContactFileError, open_contact, sst_parameters
 from .frames import _Stream
 
 __all__ = ["SteeringReader", "SteeringWriter", "relay", "steering_name"]
 
 _WRITER = {"RendezvousReaderCount": "0", "QueueLimit": "16", "QueueFullPolicy": "Discard"}
+
+_log = get_logger(__name__)
 
 
 def steering_name(frames: str) -> str:
@@ -168,7 +171,7 @@ def relay(name: str, *, out=None, interface: str | None = None) -> None:
     """Forward the updates of steering stream `name` to `out` (stdout) as JSON lines,
     viewer after viewer, until killed. A contact file that another user could have written
     is not opened: ``["problem", "refusing SST contact file ..."]`` goes out instead (and
-    to stderr), once per version of the file."""
+    is logged as a warning), once per version of the file."""
     import sys
     import time
 
@@ -194,7 +197,7 @@ def relay(name: str, *, out=None, interface: str | None = None) -> None:
         try:
             stream = open_contact(name, lambda copy: adios2.Stream(io, copy, "r"))
         except ContactFileError as e:
-            print(f"insitu steering: {e}", file=sys.stderr, flush=True)
+            _log.warning("steering relay: %s", e)
             out.write(json.dumps(["problem", str(e)]) + "\n")
             out.flush()
             continue

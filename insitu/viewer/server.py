@@ -42,11 +42,14 @@ import time
 import urllib.parse
 from importlib import resources
 
+from ..log import get_logger
 from ._access import Access, Refused, body_length
 from .record import Mp4Writer, PngDirectory, encode_png
 from .state import COLORMAPS, STEER_KEYS, FrameBuffer, SteeringState
 
 __all__ = ["IDLE_TIMEOUT", "MAX_BODY", "MAX_HANDLERS", "Viewer"]
+
+_log = get_logger(__name__)
 
 #: Seconds a connection may stay silent: before its first request, between requests and within one.
 IDLE_TIMEOUT = 10.0
@@ -224,11 +227,13 @@ class Viewer:
                 self._png_dir.write(frame)
             except Exception as exc:
                 self.record_error, self._png_dir = f"--png {self._png_dir.directory}: {exc}", None
+                _log.warning("recording stopped: %s", self.record_error)
         if self._mp4 is not None:
             try:
                 self._mp4.write(frame)
             except Exception as exc:
                 self.record_error = f"--mp4 {self._mp4.path}: {exc}"
+                _log.warning("recording stopped: %s", self.record_error)
                 self._close_mp4()
 
     def _close_mp4(self) -> None:
@@ -238,6 +243,7 @@ class Viewer:
                 mp4.close()
             except Exception as exc:
                 self.record_error = self.record_error or f"--mp4 {mp4.path}: {exc}"
+                _log.warning("closing the recording --mp4 %s: %s", mp4.path, exc)
 
     def _read(self) -> None:
         # in a process of its own (see _reader): a blocking ADIOS2 call holds the GIL
@@ -291,6 +297,7 @@ class Viewer:
             self.error = f"no writer for SST stream {self.stream!r} within {self.timeout:g} s ({msg})"
         else:
             self.error = f"could not read BP5 file {self.stream!r}: {msg}"
+        _log.warning("%s", self.error)
 
     def _end_reader(self) -> None:
         with self._proc_lock:
@@ -316,7 +323,10 @@ class Viewer:
                     writer.send(self.steering.snapshot())  # the whole state, every time
                     self.steer_sent += 1
                 except Exception as exc:
-                    self.steer_error = f"steering stream: {exc}"
+                    error = f"steering stream: {exc}"
+                    if error != self.steer_error:  # once, not every heartbeat
+                        _log.warning("%s", error)
+                    self.steer_error = error
         finally:
             try:
                 writer.close()
@@ -452,6 +462,10 @@ class _Server(http.server.HTTPServer):
             conn.close()
             return
         threading.Thread(target=self._work, args=(conn, addr), name="insitu-view-request", daemon=True).start()
+
+    def handle_error(self, request, client_address) -> None:
+        # socketserver's prints the traceback on stderr; a library logs it
+        _log.error("a request from %s failed", client_address, exc_info=True)
 
     def _work(self, conn: socket.socket, addr) -> None:
         try:

@@ -20,7 +20,11 @@ import math
 import numba
 import numpy as np
 
+from insitu.log import watch_jit
+
 from ._tables import CORNERS
+
+watch_jit(__name__)  # a first call that compiles takes seconds: logged, so a slow first execute says why
 
 _C0, _C1, _C2 = (np.ascontiguousarray(CORNERS[:, a]) for a in range(3))
 

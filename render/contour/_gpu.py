@@ -20,7 +20,11 @@ import functools
 
 import numpy as np
 
+from insitu.log import compiling, cupy_cache_dir, get_logger
+
 from ._tables import CORNERS, EDGE_AXIS, EDGE_BASE
+
+_log = get_logger(__name__)
 
 _TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtype(np.uint8): "unsigned char",
           np.dtype(np.int8): "signed char", np.dtype(np.uint16): "unsigned short", np.dtype(np.int16): "short",
@@ -467,6 +471,7 @@ def _module():
     subst["ea"] = ", ".join(str(int(x)) for x in EDGE_AXIS)
     subst["tile"] = _TILE
     names = [f"mc_{kind}<{t}, {args}>" for kind, args in _KERNELS.items() for t in _TYPES.values()]
+    compiling(_log, "the marching cubes kernels (mc_*)", cupy_cache_dir())
     return cupy.RawModule(code=_SOURCE % subst, options=("-std=c++14", "-default-device"),
                            name_expressions=names)
 

@@ -11,10 +11,14 @@ import ctypes
 import os
 import threading
 
+from insitu.log import get_logger
+
 # PyOpenGL picks its platform at first import: EGL, whatever the desktop is.
 os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
 
 __all__ = ["GLContext", "GLUnavailableError", "get_context"]
+
+_log = get_logger(__name__)
 
 _PLATFORM_DEVICE = 0x313F
 _PLATFORM_SURFACELESS_MESA = 0x31DD
@@ -155,6 +159,7 @@ class GLContext:
         self.max_size = int(min(GL.glGetIntegerv(GL.GL_MAX_TEXTURE_SIZE),
                                 GL.glGetIntegerv(GL.GL_MAX_RENDERBUFFER_SIZE), min(vp)))
         self._thread = threading.get_ident()
+        _log.info("OpenGL context: %s, OpenGL %s, on the %s", self.renderer, self.version, self.platform)
 
     def make_current(self) -> None:
         """Make this context current on the calling thread (surfaceless)."""

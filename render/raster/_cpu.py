@@ -12,7 +12,11 @@ import math
 import numba
 import numpy as np
 
+from insitu.log import watch_jit
+
 from ._params import OFF
+
+watch_jit(__name__)  # a first call that compiles takes seconds: logged, so a slow first execute says why
 
 _EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
 # Offsets into the parameter vector (module constants: Numba folds them).

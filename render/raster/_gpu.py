@@ -25,8 +25,12 @@ import functools
 
 import numpy as np
 
+from insitu.log import compiling, cupy_cache_dir, get_logger
+
 from ..colormap import NAMES, table
 from ._params import cuda_struct, record
+
+_log = get_logger(__name__)
 
 #: Triangles whose pixel box exceeds this many pixels are drawn by a whole warp.
 WARP_BOX = 32
@@ -226,6 +230,7 @@ extern "C" __global__ void __launch_bounds__(256) vis_shade(const unsigned long 
 def _module():
     import cupy
 
+    compiling(_log, "the rasterizer kernels", cupy_cache_dir())
     # No fused multiply-adds: the edge planes of a shared edge must negate exactly.
     return cupy.RawModule(code=_source(), options=("-std=c++14", "--fmad=false"))
 

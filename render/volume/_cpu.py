@@ -19,7 +19,11 @@ import math
 
 import numba
 
+from insitu.log import watch_jit
+
 from ._params import IOFF, OFF
+
+watch_jit(__name__)  # a first call that compiles takes seconds: logged, so a slow first execute says why
 
 _EYE, _RIGHT, _UP, _FWD = OFF["eye"], OFF["right"], OFF["up"], OFF["fwd"]
 _TANX, _TANY, _NEAR, _FAR = OFF["tanx"], OFF["tany"], OFF["near"], OFF["far"]

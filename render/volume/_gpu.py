@@ -16,7 +16,11 @@ import functools
 
 import numpy as np
 
+from insitu.log import compiling, cupy_cache_dir, get_logger
+
 from ._params import cuda_struct, record
+
+_log = get_logger(__name__)
 
 _TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
 
@@ -154,6 +158,7 @@ def supported(dtype) -> bool:
 def _module():
     import cupy
 
+    compiling(_log, "the ray casting kernels (vr_render)", cupy_cache_dir())
     return cupy.RawModule(code=SRC, options=("-std=c++14",), name_expressions=list(_NAMES.values()))
 
 

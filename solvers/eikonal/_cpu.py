@@ -7,6 +7,10 @@ import math
 import numba
 import numpy as np
 
+from insitu.log import watch_jit
+
+watch_jit(__name__)  # a first call that compiles takes seconds: logged, so a slow first execute says why
+
 
 @numba.njit(inline="always")
 def godunov(a, b, c, ha, hb, hc, w):

@@ -6,6 +6,10 @@ import functools
 
 import numpy as np
 
+from insitu.log import compiling, cupy_cache_dir, get_logger
+
+_log = get_logger(__name__)
+
 _SOURCE = r"""
 __device__ __forceinline__ double godunov(double a, double b, double c,
                                           double ha, double hb, double hc, double w)
@@ -151,6 +155,7 @@ def _get_sweep_kernel(w32: bool = False, t32: bool = False, view: bool = False, 
     import cupy
 
     if not (w32 or t32 or view or unroll > 1 or tiles):
+        compiling(_log, "the eikonal sweep kernel eikonal_sweep_f64", cupy_cache_dir())
         return cupy.RawKernel(_SOURCE, "eikonal_sweep_f64")
     # The same sweep reading a float32 slowness and/or keeping float32 travel times; the
     # update is computed in double either way (loads widen, the store rounds once, and the
@@ -167,6 +172,7 @@ def _get_sweep_kernel(w32: bool = False, t32: bool = False, view: bool = False, 
     if unroll > 1:  # more loads in flight per thread along i
         src = _edit(src, [(_LOOP, f"#pragma unroll {int(unroll)}\n        {_LOOP}")])
         name += f"_u{int(unroll)}"
+    compiling(_log, f"the eikonal sweep kernel {name}", cupy_cache_dir())
     return cupy.RawKernel(src.replace("eikonal_sweep_f64(", name + "("), name)
 
 
@@ -227,6 +233,7 @@ class ActiveTiles:
 def _dilate_kernel():
     import cupy
 
+    compiling(_log, "the eikonal kernel eikonal_tiles_dilate", cupy_cache_dir())
     return cupy.RawKernel(_DILATE, "eikonal_tiles_dilate")
 
 
