@@ -22,7 +22,8 @@ from . import arrays
 from .domain import DIRECTIONS, Domain
 from .errors import MismatchError
 from ._halo_copy import CupyCopier, Gates, NumpyCopier, work_items
-from .transports import (PeerInfo, TransportContext, allgather_object, alloc_area, check_override, choose_peers,
+from .transports import (PeerInfo, TransportContext, allgather_object, alloc_area, check_override, check_pairs,
+                         choose_peers,
                          open_transports, override_signature, wait_requests, wait_stream)
 
 __all__ = ["HaloExchange", "exchange_halos", "halo_messages"]
@@ -138,7 +139,7 @@ class HaloExchange:
         if bad:
             raise ValueError(f"domain assigns blocks to rank(s) {sorted(bad)}, but the job has {self.size} rank(s)")
         check_override(transport)
-        self._override = transport
+        self._override = transport if transport is None or isinstance(transport, str) else dict(transport)
         self.local = domain.blocks_of(self.rank)
         self._shapes = {g: domain.block(g).padded_shape for g in self.local}
         msgs = halo_messages(domain)
@@ -147,6 +148,9 @@ class HaloExchange:
         self._local_msgs = [m for m in msgs if owner[m.src] == me and owner[m.dst] == me]
         self._sends: dict[int, list[_Msg]] = {}
         self._recvs: dict[int, list[_Msg]] = {}
+        # Every pair of ranks that exchanges, known alike on every rank.
+        self._pairs = sorted({(min(owner[m.src], owner[m.dst]), max(owner[m.src], owner[m.dst])) for m in msgs
+                              if owner[m.src] != owner[m.dst]})
         for m in msgs:  # already in (dst, direction) order: the order both ends use
             if owner[m.src] == me and owner[m.dst] != me:
                 self._sends.setdefault(owner[m.dst], []).append(m)
@@ -385,9 +389,9 @@ class HaloExchange:
         }
         # Polled with a deadline throughout: a rank that comes after the others gave up
         # times out here too, instead of blocking in a collective they never enter.
-        everyone = allgather_object(comm, (mine, me), time.monotonic() + self.timeout,
+        everyone = allgather_object(comm, (mine, me, self._override), time.monotonic() + self.timeout,
                                     f"halo exchange set-up on rank {self.rank}")
-        for r, (theirs, _) in enumerate(everyone):
+        for r, (theirs, _, _) in enumerate(everyone):
             for name, a in mine.items():
                 if theirs[name] != a:
                     raise MismatchError(
@@ -396,6 +400,7 @@ class HaloExchange:
                     )
         infos = [e[1] for e in everyone]
         self._ctx.infos = infos
+        check_pairs(infos, [e[2] for e in everyone], self._pairs, "halo exchange", persistent=True)
         self.peer_transport = choose_peers(me, sorted(set(self._sends) | set(self._recvs)), infos, self._override,
                                            persistent=True)
         # The fused p2p kernel unpacks each work item once that item's own flag is set,

@@ -43,6 +43,8 @@ def test_rank_arriving_after_the_others_gave_up_times_out_too(mpi):
     ("dtype", "rank 1 has dtype 'float64', rank 0 has 'float32'"),
     ("ghost", "rank 1 has ghost width 2, rank 0 has 1"),
     ("transport", "rank 1 has transport override 'mpi', rank 0 has None"),
+    ("pairs", "halo exchange: rank 0 chose transport 'ipc' for rank 1, rank 1 chose 'mpi' for rank 0; "
+              "both ends of a pair must choose the same"),
 ])
 def test_mismatch_across_ranks_is_named(mpi, fault, message):
     p = mpi(2, "halo_faults.py", fault, timeout=120)

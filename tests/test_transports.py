@@ -103,6 +103,27 @@ def test_override_is_checked_and_applied_per_peer(with_nccl):
     assert choose_peers(everyone[0], [1, 2], everyone, {1: "ipc"}) == {1: "ipc", 2: "mpi"}
 
 
+def test_pairs_are_checked_from_both_ends(with_nccl, monkeypatch):
+    from insitu import MismatchError
+    from insitu.transports import check_pairs
+
+    everyone = [info(0), info(1, host="n1"), info(2, backend="numpy")]
+    pairs = [(1, 2), (0, 1), (0, 2)]
+    check_pairs(everyone, [None] * 3, pairs, "test")
+    check_pairs(everyone, ["mpi"] * 3, pairs, "test")
+    # One end naming a pair is enough when the other end's default agrees.
+    check_pairs(everyone, [{2: "mpi"}, None, None], pairs, "test")
+    check_pairs(everyone, [{1: "mpi"}, {0: "mpi"}, None], pairs, "test")
+    with pytest.raises(MismatchError, match="test: rank 0 chose transport 'mpi' for rank 1, rank 1 chose 'nccl' "
+                                            "for rank 0; both ends of a pair must choose the same"):
+        check_pairs(everyone, [{1: "mpi"}, None, None], pairs, "test")
+    with pytest.raises(MismatchError, match="rank 1 chose transport 'ipc' for rank 2, rank 2 chose 'mpi'"):
+        check_pairs(everyone, [None, {2: "ipc"}, {0: "mpi"}], pairs, "test")
+    # Pairs no override names cost nothing: the default is the same at both ends.
+    monkeypatch.setattr(transports, "choose", lambda *a, **k: pytest.fail("choose called"))
+    check_pairs(everyone * 1000, [None] * 3000, [(i, i + 1) for i in range(2999)], "test")
+
+
 def test_open_transports_groups_peers_by_name():
     import numpy as np
 

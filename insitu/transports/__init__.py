@@ -15,9 +15,11 @@ mpi        everything else; host arrays                         device data, unl
 
 :func:`choose` gives the default for a pair; ``transport=`` on the halo exchange (and
 on compositing) overrides it: :func:`check_override` vets such an argument,
-:func:`override_signature` is the part of it all ranks must pass alike, and
-:func:`choose_peers` applies it. :func:`open_transports` opens the transports of one
-communication pattern. :func:`get_transport` answers an unknown name with the known ones.
+:func:`override_signature` is the part of it all ranks must pass alike,
+:func:`choose_peers` applies it, and :func:`check_pairs` checks that both ends of every
+pair agree (from what all ranks told, so that ends that differ fail alike everywhere).
+:func:`open_transports` opens the transports of one communication pattern.
+:func:`get_transport` answers an unknown name with the known ones.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import collections
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..errors import MismatchError
 from .base import (PeerInfo, Transport, TransportContext, allgather_object, alloc_area, recv_object, wait_requests,
                    wait_stream)
 from .mpi import MPITransport, mpi_cuda_aware
@@ -45,6 +48,7 @@ __all__ = [
     "alloc_area",
     "check_override",
     "choose",
+    "check_pairs",
     "choose_peers",
     "get_transport",
     "mpi_cuda_aware",
@@ -136,6 +140,39 @@ def choose_peers(me: PeerInfo, peers: Iterable[int], infos: Sequence[PeerInfo],
         else:
             out[p] = choose(me, infos[p], infos, persistent=persistent)
     return out
+
+
+def check_pairs(infos: Sequence[PeerInfo], overrides: Sequence[str | Mapping[int, str] | None],
+                pairs: Iterable[tuple[int, int]], what: str, *, persistent: bool = False) -> None:
+    """Raise :class:`MismatchError` where the two ends of a pair would choose different transports.
+
+    Parameters
+    ----------
+    infos, overrides : sequences indexed by rank
+        What every rank told: its :class:`PeerInfo` and its ``transport=`` argument.
+    pairs : iterable of (rank, rank)
+        The pairs that talk.
+    what : str
+        The caller, as the error names it.
+
+    Every rank checks every pair from the same inputs, so per-peer overrides that
+    disagree fail alike everywhere instead of pairing two transports that never meet.
+    Cheap for large jobs: :func:`choose` is symmetric, so only an end that names the
+    pair explicitly is compared.
+    """
+    def named(x: int, y: int) -> str | None:
+        o = overrides[x]
+        return o if isinstance(o, str) else o.get(y) if isinstance(o, Mapping) else None
+
+    for a, b in sorted(pairs):
+        ends = [named(a, b), named(b, a)]
+        if ends == [None, None]:
+            continue
+        ends = [n if n is not None else choose(infos[x], infos[y], infos, persistent=persistent)
+                for n, (x, y) in zip(ends, ((a, b), (b, a)))]
+        if ends[0] != ends[1]:
+            raise MismatchError(f"{what}: rank {a} chose transport {ends[0]!r} for rank {b}, rank {b} chose "
+                                f"{ends[1]!r} for rank {a}; both ends of a pair must choose the same")
 
 
 def open_transports(ctx: TransportContext, names: Mapping[int, str], send: Mapping[int, Any],

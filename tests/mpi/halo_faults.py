@@ -2,7 +2,8 @@
 
 Faults: silent (rank 1 never joins), stops (rank 1 exchanges once, then stops),
 late (after one exchange both switch dtype, so both set up again; rank 1 comes after
-rank 0 gave up: both must time out), dtype, ghost, transport (rank 1 differs).
+rank 0 gave up: both must time out), dtype, ghost, transport (rank 1 differs), pairs
+(per-peer transports whose ends differ).
 Optional second argument BACKEND:TRANSPORT (e.g. ``cupy:p2p``, one GPU per rank) for
 the device paths.
 Each rank prints "rank R: ErrorType: message" and exits 0 if it raised as expected.
@@ -31,6 +32,8 @@ if backend == "cupy":
 dtype = np.float64 if (fault == "dtype" and odd) else np.float32
 ghost = 2 if (fault == "ghost" and odd) else 1
 transport = "mpi" if (fault == "transport" and odd) else forced
+if fault == "pairs":
+    transport = {0: "mpi"} if odd else {1: "ipc"}
 dom = Domain.create((8, 8, 8), nblocks=4, ghost=ghost, nranks=2)
 blocks = {g: xp.zeros(dom.block(g).padded_shape, dtype) for g in dom.blocks_of(rank)}
 
