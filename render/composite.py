@@ -54,7 +54,8 @@ import numpy as np
 
 from insitu import arrays
 from insitu.errors import MismatchError
-from insitu.transports import PeerInfo, allgather_object, check_override, choose_peers, nccl_available
+from insitu.transports import (PeerInfo, allgather_object, check_override, check_pairs, choose_peers, nccl_available,
+                               override_signature)
 
 from . import _compositor
 
@@ -333,10 +334,6 @@ def _override_problem(transport) -> str | None:
     return None
 
 
-def _override_sig(transport) -> Any:
-    return transport if transport is None or isinstance(transport, str) else "per-peer"
-
-
 def _agree(comm, rgba, depth, mode, method, order, root, transport, nccl, cached: bool, deadline) -> list[dict]:
     """Check with every rank that all call alike; raise the same error on every rank.
 
@@ -355,7 +352,7 @@ def _agree(comm, rgba, depth, mode, method, order, root, transport, nccl, cached
         "problem": problem,
         "image": _describe(rgba, depth),
         "mode": mode, "method": method, "order": order_l, "root": root, "nccl": _nccl_kind(nccl),
-        "transport": _override_sig(transport),
+        "transport": override_signature(transport),
         "override": None if problem else transport if transport is None or isinstance(transport, str)
         else {int(p): n for p, n in transport.items()},
         "peer": PeerInfo.here(comm.rank, "cupy" if on_device else "numpy"),
@@ -410,17 +407,14 @@ def _pair_names(everyone: list[dict], plan: _Plan, root: int) -> dict[tuple[int,
     """The transport of every pair that talks, worked out alike on every rank (from what
     every rank told), so that a choice no pair can use fails on every rank."""
     infos = [e["peer"] for e in everyone]
+    pairs = sorted(_pairs(plan, root))
+    check_pairs(infos, [e["override"] for e in everyone], pairs, "composite", persistent=True)
     names = {}
-    for a, b in sorted(_pairs(plan, root)):
-        ends = [choose_peers(infos[x], [y], infos, everyone[x]["override"], persistent=True)[y]
-                for x, y in ((a, b), (b, a))]
-        if ends[0] != ends[1]:
-            raise MismatchError(f"composite: rank {a} chose transport {ends[0]!r} for rank {b}, rank {b} chose "
-                                f"{ends[1]!r} for rank {a}; both ends of a pair must choose the same")
-        problem = _pair_problem(ends[0], a, b, everyone)
+    for a, b in pairs:
+        names[a, b] = choose_peers(infos[a], [b], infos, everyone[a]["override"], persistent=True)[b]
+        problem = _pair_problem(names[a, b], a, b, everyone)
         if problem:
             raise ValueError(f"composite: {problem}")
-        names[a, b] = ends[0]
     return names
 
 
