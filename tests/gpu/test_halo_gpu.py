@@ -127,6 +127,17 @@ def test_p2p_peer_that_stops_times_out_on_the_device(mpi):
 
 
 @pytest.mark.mpi
+@pytest.mark.gpus(2)
+def test_a_rank_arriving_after_the_others_gave_up_times_out_on_the_device(mpi):
+    # Both set up again after one exchange; rank 0 gives up after 1 s, rank 1 comes 3 s
+    # later: it times out in the set-up too instead of waiting for a collective rank 0 left.
+    p = mpi(2, "halo_faults.py", "late", "cupy:p2p", timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for r in (0, 1):
+        assert f"rank {r}: PeerTimeoutError: halo exchange set-up on rank {r}" in p.stdout, p.stdout + p.stderr
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("name,nranks,env", [
     ("ipc", 3, ONE_GPU), ("mpi", 2, ONE_GPU),
     pytest.param("nccl", 2, {}, marks=pytest.mark.gpus(2)),
