@@ -18,6 +18,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import arrays
+from .log import compiling, cupy_cache_dir, get_logger
+
+_log = get_logger(__name__)
 
 #: (gid, (i0, j0, k0)) for a box inside a block array, or (None, offset) inside the area.
 Box = tuple[Any, Any]
@@ -190,6 +193,7 @@ def _get_halo_copy_kernel(itemsize: int):
         raise TypeError(f"halo exchange: element size {itemsize} bytes is not supported ({sorted(_TYPES)})")
     name = f"halo_copy_{itemsize * 8}bit"
     src = _SOURCE.format(ctype=_TYPES[itemsize], name=name, threads=_THREADS, per_block=_PER_BLOCK, row=_ROW)
+    compiling(_log, f"the halo copy kernel {name}", cupy_cache_dir())
     return cupy.RawKernel(src, name)
 
 

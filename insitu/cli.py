@@ -82,7 +82,10 @@ def view(args: argparse.Namespace) -> int:
     import signal
     import threading
 
+    from .log import enable
     from .viewer import serve
+
+    enable("WARNING")  # the viewer reports stream and request errors as log records
 
     def err(msg: str) -> None:
         print(f"insitu view: {msg}", file=sys.stderr, flush=True)

@@ -37,7 +37,10 @@ import numpy as np
 
 from .. import arrays
 from ..errors import PeerTimeoutError
+from ..log import compiling, cupy_cache_dir, get_logger
 from .base import Transport, recv_object, wait_requests, wait_stream
+
+_log = get_logger(__name__)
 
 __all__ = ["P2PTransport"]
 
@@ -93,6 +96,7 @@ extern "C" __global__ void p2p_await(const long long* __restrict__ epoch, unsign
 def _kernels():
     import cupy
 
+    compiling(_log, "the p2p transport kernels", cupy_cache_dir())
     mod = cupy.RawModule(code=_SOURCE)
     return mod.get_function("p2p_begin"), mod.get_function("p2p_post"), mod.get_function("p2p_await")
 
