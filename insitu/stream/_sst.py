@@ -89,13 +89,13 @@ def _check(name: str, st: os.stat_result) -> None:
                                f"({_user(me)}); SST has no authentication, so a stream is only opened from a contact "
                                "file the user wrote")
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise ContactFileError(f"refusing SST contact file {path}: writable by others (mode {stat.S_IMODE(st.st_mode):o}"
-                               ", owner " f"{_user(st.st_uid)})")
+        raise ContactFileError(f"refusing SST contact file {path}: writable by others "
+                               f"(mode {stat.S_IMODE(st.st_mode):o}, owner {_user(st.st_uid)})")
     folder = os.path.dirname(os.path.abspath(path))
     d = os.stat(folder)
     if d.st_mode & stat.S_IWOTH and not d.st_mode & stat.S_ISVTX:
-        raise ContactFileError(f"refusing SST contact file {path} (owner {_user(st.st_uid)}): its directory {folder} is "
-                               "world-writable without the sticky bit, so anyone can replace it")
+        raise ContactFileError(f"refusing SST contact file {path} (owner {_user(st.st_uid)}): its directory "
+                               f"{folder} is world-writable without the sticky bit, so anyone can replace it")
 
 
 def read_contact(name: str) -> bytes:

@@ -11,7 +11,8 @@ iso values, colormap, volume opacity, simulation parameters, pause and stop; eac
 control POSTs a steering update, the viewer merges it into its state and sends the whole
 state on ``<stream>.steer`` (and again every second), which the simulation's adaptor
 applies. Every request needs the viewer's per-run token (in ``Viewer.url``) and a
-``Host`` naming the viewer: other local users and web pages can neither watch nor steer. Needs only :mod:`insitu.stream`, NumPy and Pillow (and ffmpeg for ``mp4=``).
+``Host`` naming the viewer: other local users and web pages can neither watch nor steer.
+Needs only :mod:`insitu.stream`, NumPy and Pillow (and ffmpeg for ``mp4=``).
 """
 
 from __future__ import annotations

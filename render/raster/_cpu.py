@@ -22,7 +22,8 @@ _EMPTY = np.uint64(0xFFFFFFFFFFFFFFFF)
 # Offsets into the parameter vector (module constants: Numba folds them).
 ROT, SHIFT, TANX, TANY, NEAR, FAR = OFF["rot"], OFF["shift"], OFF["tanx"], OFF["tany"], OFF["near"], OFF["far"]
 AMB, DIF, SPEC, SHINE = OFF["ambient"], OFF["diffuse"], OFF["specular"], OFF["shininess"]
-COLOR, LIGHT, VMIN, VSCALE, BG, USE_CMAP = OFF["color"], OFF["light"], OFF["vmin"], OFF["vscale"], OFF["bg"], OFF["use_cmap"]
+COLOR, LIGHT, VMIN, VSCALE = OFF["color"], OFF["light"], OFF["vmin"], OFF["vscale"]
+BG, USE_CMAP = OFF["bg"], OFF["use_cmap"]
 
 
 @numba.njit(cache=True, inline="always")

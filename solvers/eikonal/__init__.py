@@ -517,7 +517,8 @@ def _seed_indices(seeds, dims) -> list[tuple[int, int, int]]:
         try:
             idx = [tuple(int(v) for v in p) for p in seeds]
         except TypeError:
-            raise TypeError(f"seeds: expected a boolean mask or a sequence of (i, j, k), got {type(seeds).__name__}") from None
+            raise TypeError("seeds: expected a boolean mask or a sequence of (i, j, k), "
+                            f"got {type(seeds).__name__}") from None
         for p in idx:
             if len(p) != 3:
                 raise ValueError(f"seeds: index {p} does not have 3 entries")

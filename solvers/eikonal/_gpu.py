@@ -82,7 +82,8 @@ extern "C" __global__ void eikonal_sweep_f64(const double* __restrict__ T, doubl
 
 
 _T32_EDITS = (
-    ("const double* __restrict__ T, double* __restrict__ out,", "const float* __restrict__ T, float* __restrict__ out,"),
+    ("const double* __restrict__ T, double* __restrict__ out,",
+     "const float* __restrict__ T, float* __restrict__ out,"),
     ("out[p] = nw;\n                if (nw < t) m = fmax(m, isinf(t) ? t : t - nw);",
      "const float st = (float)nw;\n                out[p] = st;\n"
      "                if (st < t) m = fmax(m, isinf(t) ? t : t - (double)st);"),
@@ -217,8 +218,6 @@ class ActiveTiles:
 
     def advance(self) -> None:
         """After a sweep: the tiles that changed, and their neighbours, are the next ones."""
-        import cupy
-
         gi, gj, gk = self.shape
         n = gi * gj * gk
         _dilate_kernel()((-(-n // 256),), (256,), (self.changed, self.active, np.int32(gi), np.int32(gj),
