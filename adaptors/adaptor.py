@@ -69,18 +69,24 @@ class Adaptor:
     def __init__(self, config, comm=None) -> None:
         self.config = load(config)
         engine = self.config["engine"]
-        get_engine(engine["type"])
         self.comm = comm
         share_cpu_threads(comm)  # CPU kernels: the node's cores shared among its ranks
         self.ctx = Context(comm, timeout=self.config["timeout"])
         self.rank, self.size = self.ctx.rank, self.ctx.size
         self.prof = StageTimer(self.config["profile"])
+        #: This rank's engine: the embedded engine's in-process worker draws the rank's
+        #: domains; with Spark, the driver's SparkEngine at rank 0 (None elsewhere).
+        self.engine = None
         if engine["type"] == "spark":
-            from .spark_scenes import SparkSceneRenderer
+            from .spark_scenes import SparkSceneRenderer, start_spark
 
-            self._scenes = SparkSceneRenderer(self.ctx, engine["params"])
+            self.engine, daemon_dir = start_spark(self.ctx, engine["params"])
+            self._scenes = SparkSceneRenderer(self.ctx, engine["params"], self.engine, daemon_dir)
         else:
-            self._scenes = SceneRenderer(self.ctx)
+            # device=None: the worker takes the simulation's arrays where they are (CuPy
+            # on the current device) and leaves the current device alone ("auto" would pick one).
+            self.engine = get_engine(engine["type"])(comm, device=None, timeout=self.config["timeout"])
+            self._scenes = SceneRenderer(self.ctx, self.engine)
         self._scenes.prof = self.prof
         self._streams: dict = {}  # extract name -> FrameStream or MeshStream
         self._errors: list[str] = []
@@ -476,6 +482,9 @@ class Adaptor:
             attempt(f"steering relay of {r.name}", r.close)
         self._steer_readers.clear()
         attempt("scenes", self._scenes.close)
+        if self.engine is not None:
+            engine, self.engine = self.engine, None
+            attempt(f"engine: {self.config['engine']['type']}", engine.close)
         attempt("communicator", self.ctx.close)
         if problems:
             for p in problems:

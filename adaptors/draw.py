@@ -5,8 +5,12 @@ colour ranges) and a list of the domain's fields (whole, ghosts included) that t
 names by index. :func:`draw_domain` draws them: a pseudocolor plot is contoured
 (marching cubes over the domain's real cells) and rasterized, several surfaces merged
 by depth; a volume plot is ray cast over the box of the real cells, several volumes
-merged by "over". The embedded engine calls it in the simulation's process, the Spark
-engine in a task on the worker daemon holding the domain's fields; both merge the
+merged by "over".
+
+Both engines hand each domain to a worker as a block and run :func:`draw_block` on it
+in a command package: the embedded engine's worker lives in the simulation's process
+(the block is the list of fields, by reference), the Spark engine's on the worker
+daemon that holds the domain's fields stacked in one cached array. Both merge the
 domains' images with :func:`merge_domains` before compositing across ranks or blocks.
 """
 
@@ -15,15 +19,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from insitu import arrays
 from insitu.profile import StageTimer
 
-__all__ = ["DomainImage", "DomainSpec", "Renderers", "SurfacePlot", "View", "VolumePlot", "describe_domain",
-           "draw_domain", "flatten", "front_to_back", "merge_domains", "thread_renderers"]
+__all__ = ["BlockSpec", "DomainImage", "DomainSpec", "Renderers", "SurfacePlot", "View", "VolumePlot",
+           "describe_domain", "draw_block", "draw_domain", "flatten", "front_to_back", "merge_domains",
+           "stack_fields", "thread_renderers"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,6 +251,62 @@ def draw_domain(fields: Sequence[Any], spec: DomainSpec, view: View, *, renderer
         else:
             raise TypeError(f"draw_domain: plots must be SurfacePlot or VolumePlot, got {type(plot).__name__}")
     return DomainImage(surface, volume)
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSpec:
+    """One domain as a worker's block: what to draw, and how the block holds the fields.
+
+    `dtypes` is None where the block is the list of fields itself (a worker in this
+    process), else the fields' dtypes where they are stacked in one array by
+    :func:`stack_fields` (a block cached on a worker daemon).
+    """
+
+    domain: DomainSpec
+    dtypes: tuple[np.dtype, ...] | None = None
+
+
+def stack_fields(*fields):
+    """One ``(nfields, nx, ny, nz)`` array of a domain's fields in their common dtype, on
+    their device (each comes back exactly: :func:`draw_block` casts it to its dtype)."""
+    xp = arrays.get_array_module(fields[0])
+    dtype = np.result_type(*(f.dtype for f in fields))
+    return xp.stack([f.astype(dtype, copy=False) for f in fields])
+
+
+def draw_block(block, key, specs: Mapping[Any, BlockSpec], view: View, draw: Callable[..., DomainImage],
+               renderers: Renderers | None = None, prof: StageTimer | None = None, pack: bool = False):
+    """Draw one domain on the worker holding it: what both engines' command packages run.
+
+    Parameters
+    ----------
+    block : sequence of arrays, or (nfields, nx, ny, nz) array
+        The domain's fields, as ``specs[key]`` says they are held.
+    key : hashable
+        The domain's key in `specs`.
+    specs : mapping
+        :class:`BlockSpec` by domain key.
+    view : View
+        Camera, image size and the data bounds.
+    draw : callable
+        The drawing function, :func:`draw_domain` as the caller's process names it (so
+        that both engines run whatever the caller's process calls by that name).
+    renderers : Renderers, optional
+        Default: this thread's (:func:`thread_renderers`), as a daemon keeps them.
+    prof : StageTimer, optional
+        Charged with the drawing's stages.
+    pack : bool
+        Return the image as one array (:meth:`DomainImage.packed`), for engines that
+        move arrays only.
+
+    Returns
+    -------
+    DomainImage, or (H, W, 9) float32 array with `pack`
+    """
+    s = specs[key]
+    fields = list(block) if s.dtypes is None else [block[i].astype(dt, copy=False) for i, dt in enumerate(s.dtypes)]
+    image = draw(fields, s.domain, view, renderers=renderers or thread_renderers(), prof=prof)
+    return image.packed(view.width, view.height, like=fields[0] if fields else None) if pack else image
 
 
 def front_to_back(boxes: Sequence[Sequence[float]], eye) -> list[int]:

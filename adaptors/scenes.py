@@ -1,8 +1,11 @@
 """Scenes: plots rendered per rank, composited across ranks, written as frames.
 
-Each rank draws only its own domains: pseudocolor plots rasterize the pipeline's
-surface with OpenGL (CUDA-GL interop where the mesh is on a GPU), volume plots ray
-cast each domain over the box of its real cells. Surfaces composite across ranks by
+Each rank draws only its own domains, on its engine's worker: one command package per
+render hands the domains' fields to the worker (by reference: it lives in the rank's
+process) and runs :func:`adaptors.draw.draw_block` on each, as the Spark engine's
+daemons do. Pseudocolor plots rasterize the pipeline's surface (OpenGL for host meshes,
+CUDA rasterization for device ones), volume plots ray cast each domain over the box of
+its real cells. Surfaces composite across ranks by
 depth, volumes by "over" in visibility order; at the root the volume goes over the
 surfaces and both over the background. Images stay on their device until the final
 frame is written.
@@ -20,7 +23,8 @@ from insitu.profile import StageTimer
 from render.camera import from_settings as camera_from_settings
 
 from . import draw as _draw
-from .draw import DomainImage, Renderers, View, describe_domain, flatten, front_to_back, merge_domains
+from .draw import (BlockSpec, DomainImage, Renderers, View, describe_domain, draw_block, flatten, front_to_back,
+                   merge_domains)
 from .context import Context
 from .pipelines import Dataset
 
@@ -48,10 +52,20 @@ def frame_path(prefix: str, step: int) -> str:
 
 
 class SceneRenderer:
-    """Renders the scenes of a configuration, step after step (keeps GL renderers)."""
+    """Renders the scenes of a configuration, step after step (keeps GL renderers).
 
-    def __init__(self, ctx: Context) -> None:
+    Parameters
+    ----------
+    ctx : Context
+        The simulation's ranks.
+    engine : insitu.engine.EmbeddedEngine or None
+        This rank's engine: its worker draws the rank's domains (the adaptor owns and
+        closes it). None where a subclass draws elsewhere.
+    """
+
+    def __init__(self, ctx: Context, engine=None) -> None:
         self.ctx = ctx
+        self.engine = engine
         self.prof = StageTimer()  # the adaptor gives its own
         self.renderers = Renderers()
 
@@ -111,14 +125,23 @@ class SceneRenderer:
             return self._composite(surface, volume, raw, cam, w, h)
 
     def _local(self, plots: list, raw: Dataset, view: View):
-        """This rank's domains drawn (:func:`adaptors.draw.draw_domain`) and merged:
-        ``(surface (rgba, depth) or None, volume rgba or None)``."""
-        images, boxes = [], []
-        for i, d in enumerate(raw.domains):
-            fields, spec = describe_domain(plots, i, d)
-            images.append(_draw.draw_domain(fields, spec, view, renderers=self.renderers, prof=self.prof))
-            boxes.append(spec.box)
-        merged = merge_domains(images, boxes, view.camera.position)
+        """This rank's domains drawn on its worker and merged: ``(surface (rgba, depth) or
+        None, volume rgba or None)``.
+
+        One command package (one round trip) for all the domains: each domain's fields
+        are sent as one block (by reference), :func:`adaptors.draw.draw_block` draws it,
+        and the images come back where they were drawn (``recv(host=False)``).
+        """
+        per_domain = [describe_domain(plots, i, d) for i, d in enumerate(raw.domains)]
+        if not per_domain:
+            return None, None
+        specs = {i: BlockSpec(spec) for i, (_, spec) in enumerate(per_domain)}
+        blocks = self.engine.blocks({i: fields for i, (fields, _) in enumerate(per_domain)})
+        # draw_domain as this process names it now: the Spark path passes the same name.
+        drawn = blocks.exec_gpu(draw_block, None, specs, view, _draw.draw_domain, self.renderers, self.prof,
+                                with_key=True).recv_gpu(host=False)
+        merged = merge_domains([drawn[i] for i in specs], [s.domain.box for s in specs.values()],
+                               view.camera.position)
         return merged.surface, merged.volume
 
     def _composite(self, surface, volume, raw: Dataset, cam, w, h):

@@ -9,10 +9,11 @@ Each render of a step goes like this:
    one command package (CUDA IPC on GPUs, shared memory on the CPU: no host copy of a
    device field), where they are stacked into one cached block per domain.
 3. Rank 0, the Spark driver, adopts those blocks (:meth:`SparkEngine.adopt`) and runs
-   one Spark job: each task draws its blocks on the daemon that holds them (marching
-   cubes and rasterization for pseudocolor plots, ray casting for volume plots, with
-   the daemon's OpenGL context) and returns one image per block; then each rank frees
-   the blocks it handed over (the job has no side effects: Spark may retry it).
+   one Spark job: each task runs, on the daemon that holds its blocks, the package step
+   the embedded engine's worker runs (:func:`adaptors.draw.draw_block`: marching cubes
+   and rasterization for pseudocolor plots, ray casting for volume plots) and returns
+   one image per block; then each rank frees the blocks it handed over (the job has no
+   side effects: Spark may retry it).
 4. The driver composites the block images: surfaces by depth, volumes by "over" in
    visibility order, the volume over the surfaces; the base class adds the background.
 
@@ -22,60 +23,64 @@ workers are there): the blocks live in the daemons of the node that made them.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Callable, Mapping
+import contextlib
+from typing import Any, Mapping
 
 import numpy as np
 
 from insitu import arrays
+from insitu.engine import get_engine
 
 from . import draw as _draw
-from .draw import DomainImage, DomainSpec, View, describe_domain, flatten, merge_domains, thread_renderers
+from .draw import BlockSpec, DomainImage, View, describe_domain, draw_block, flatten, merge_domains, stack_fields
 from .context import Context
 from .pipelines import Dataset
 from .scenes import SceneRenderer
 
-__all__ = ["BlockSpec", "SparkSceneRenderer", "draw_block"]
+__all__ = ["SparkSceneRenderer", "start_spark"]
 
 
-@dataclasses.dataclass(frozen=True)
-class BlockSpec:
-    """One domain handed to a daemon: the dtypes of its fields stacked in one block (in
-    :func:`_stack`'s common dtype), and what to draw of them."""
-
-    dtypes: tuple[np.dtype, ...]
-    domain: DomainSpec
-
-
-def _stack(*fields):
-    """One block of a domain's fields (the daemon's copy, on the fields' device)."""
-    xp = arrays.get_array_module(fields[0])
-    dtype = np.result_type(*(f.dtype for f in fields))
-    return xp.stack([f.astype(dtype, copy=False) for f in fields])
-
-
-def draw_block(block, key, specs: Mapping[Any, BlockSpec], view: View, draw: Callable[..., DomainImage]):
-    """Draw one domain in a worker daemon with `draw` (:func:`adaptors.draw.draw_domain`,
-    as the driver's process names it); returns the image packed by
-    :meth:`DomainImage.packed`: ``(H, W, 9)`` float32.
+def start_spark(ctx: Context, params: Mapping[str, Any]) -> tuple[Any, str]:
+    """Start ``engine: spark`` for the simulation's ranks (collective).
 
     Parameters
     ----------
-    block : (nfields, nx, ny, nz) array
-        The domain's fields stacked (see :func:`_stack`), NumPy or CuPy.
-    key : hashable
-        The domain's key in `specs`.
-    specs : mapping
-        :class:`BlockSpec` by domain key.
-    view : View
-        Camera, image size and the data bounds.
-    draw : callable
-        The drawing function.
+    ctx : Context
+        The simulation's ranks; rank 0 runs the Spark driver.
+    params : mapping
+        ``engine/params`` of the configuration: master, conf, cpu_daemons, timeout.
+
+    Returns
+    -------
+    engine : insitu.engine.spark.SparkEngine or None
+        The driver's engine at rank 0, None elsewhere.
+    daemon_dir : str
+        Where the worker daemons of every node listen (the same on every rank).
+
+    Raises
+    ------
+    Exception
+        On every rank, where Spark did not start at rank 0 (agreed through `ctx`).
     """
-    s = specs[key]
-    fields = [block[i].astype(dt, copy=False) for i, dt in enumerate(s.dtypes)]
-    image = draw(fields, s.domain, view, renderers=thread_renderers())
-    return image.packed(view.width, view.height, like=block)
+    engine, error, directory = None, None, None
+    if ctx.rank == 0:
+        try:
+            engine = get_engine("spark")(params["master"], app_name="insitu-adaptor",
+                                         conf={k: str(v) for k, v in (params.get("conf") or {}).items()},
+                                         cpu_daemons=params["cpu_daemons"], timeout=params["timeout"])
+            directory = engine.daemon_dir
+        except Exception as e:  # noqa: BLE001 - every rank raises it below
+            e.add_note("while starting Spark for engine: spark")
+            error = e
+    try:
+        ctx.agree(error, "engine: spark")
+        directory = ctx.bcast(directory, what="engine: spark (daemon directory)")
+    except BaseException:
+        if engine is not None:  # nobody will use it (the adaptor is not made); the agreed error is the one raised
+            with contextlib.suppress(Exception):
+                engine.stop()
+        raise
+    return engine, directory
 
 
 class SparkSceneRenderer(SceneRenderer):
@@ -88,31 +93,22 @@ class SparkSceneRenderer(SceneRenderer):
     params : mapping
         ``engine/params`` of the configuration: master, conf, cpu_daemons, timeout,
         npartitions.
+    engine : insitu.engine.spark.SparkEngine or None
+        The driver's engine at rank 0 (the adaptor owns and stops it), None elsewhere.
+    daemon_dir : str
+        Where the node's worker daemons listen (:func:`start_spark`).
     """
 
-    def __init__(self, ctx: Context, params: Mapping[str, Any]) -> None:
-        super().__init__(ctx)
+    def __init__(self, ctx: Context, params: Mapping[str, Any], engine, daemon_dir: str) -> None:
+        super().__init__(ctx, engine)
         self.params = dict(params)
-        self.engine = None
+        self.daemon_dir = daemon_dir
         self._workers: dict = {}
-        error, directory = None, None
-        if ctx.rank == 0:
-            try:
-                from insitu.engine.spark import SparkEngine
-
-                self.engine = SparkEngine(self.params["master"], app_name="insitu-adaptor",
-                                          conf={k: str(v) for k, v in (self.params.get("conf") or {}).items()},
-                                          cpu_daemons=self.params["cpu_daemons"], timeout=self.params["timeout"])
-                directory = self.engine.daemon_dir
-            except Exception as e:  # noqa: BLE001 - every rank raises it below
-                e.add_note("while starting Spark for engine: spark")
-                error = e
-        ctx.agree(error, "engine: spark")
-        self.daemon_dir = ctx.bcast(directory, what="engine: spark (daemon directory)")
 
     def close(self) -> None:
-        """Close the renderers, this rank's daemon connections and (rank 0) Spark, each on
-        its own; raises the first failure after all of them were tried."""
+        """Close the renderers and this rank's daemon connections, each on its own, then
+        wait for every rank (so that no rank still talks to a daemon when the adaptor
+        stops Spark); raises the first failure after all of them were tried."""
         errors = []
         for close in (super().close, *(w.close for w in self._workers.values())):
             try:
@@ -122,14 +118,8 @@ class SparkSceneRenderer(SceneRenderer):
         self._workers.clear()
         try:
             self.ctx.barrier(what="engine: spark (closing)")  # no rank still talks to a daemon the driver stops
-        except Exception as e:  # noqa: BLE001 - a rank that is gone must not keep Spark running
+        except Exception as e:  # noqa: BLE001 - raised below; the adaptor stops Spark all the same
             errors.append(e)
-        if self.engine is not None:
-            engine, self.engine = self.engine, None
-            try:
-                engine.stop()
-            except Exception as e:  # noqa: BLE001
-                errors.append(e)
         if errors:
             raise errors[0]
 
@@ -159,7 +149,7 @@ class SparkSceneRenderer(SceneRenderer):
         w = self._worker(device)
         pkg = Package()
         for fields, _ in per_domain:
-            pkg.add("cache", pkg.add("exec", _stack, None, tuple(pkg.add("send", f) for f in fields)))
+            pkg.add("cache", pkg.add("exec", stack_fields, None, tuple(pkg.add("send", f) for f in fields)))
         try:
             handles = w.run(pkg)
         except WorkerDiedError as e:
@@ -177,7 +167,7 @@ class SparkSceneRenderer(SceneRenderer):
         for i, ((fields, spec), h) in enumerate(zip(per_domain, handles)):
             key = (rank, i)
             records.append(BlockRecord(key, h, w.socket_path, device, w.pid))
-            specs[key] = BlockSpec(tuple(np.dtype(f.dtype) for f in fields), spec)
+            specs[key] = BlockSpec(spec, tuple(np.dtype(f.dtype) for f in fields))
         return records, specs
 
     def _draw(self, where: str, plots: list, cam, w: int, h: int, bounds, raw: Dataset, step: int):
@@ -232,9 +222,10 @@ class SparkSceneRenderer(SceneRenderer):
         blocks = self.engine.adopt(records, min(n, len(records)))
         view = View(cam, w, h, tuple(map(float, bounds)))
         try:
-            # The tasks draw with the function this process names: one drawing code for
-            # both engines, wherever it is looked up.
-            packed = blocks.exec_gl(draw_block, specs, view, _draw.draw_domain, with_key=True).recv_gpu()
+            # The tasks run the embedded engine's package step (draw_block, with the
+            # draw_domain this process names), packing each image into one array to move.
+            packed = blocks.exec_gpu(draw_block, None, specs, view, _draw.draw_domain, None, None, True,
+                                     with_key=True).recv_gpu()
         except Exception as e:
             raise RuntimeError(f"{where}: the Spark job drawing {len(records)} blocks failed: "
                                f"{_python_error(e)}") from e

@@ -110,9 +110,41 @@ def test_both_engines_draw_each_domain_through_draw_domain(spark_adaptor, tmp_pa
     assert close_fraction(out / "spark_4.png", tmp_path / "embedded_4.png") >= 0.999
 
 
+def test_the_spark_tasks_run_the_embedded_workers_package_step(spark_adaptor, tmp_path, monkeypatch):
+    from insitu.engine.spark import SparkBlocks, SparkEngine
+    from insitu.pool import Worker
+
+    a, out = spark_adaptor
+    assert isinstance(a.engine, SparkEngine) and a._scenes.engine is a.engine  # the adaptor holds the driver
+    steps, packages = [], []
+    exec_gpu, run = SparkBlocks.exec_gpu, Worker.run
+
+    def spark_step(self, *args, **kwargs):
+        steps.append((args, kwargs))
+        return exec_gpu(self, *args, **kwargs)
+
+    def embedded_package(self, pkg):
+        packages.append(pkg)
+        return run(self, pkg)
+
+    monkeypatch.setattr(SparkBlocks, "exec_gpu", spark_step)
+    monkeypatch.setattr(Worker, "run", embedded_package)
+    with adaptors.Adaptor(config(str(tmp_path / "embedded_%d"), "embedded")) as e:
+        assert e.execute(5, 0.5, two_domains()), e.results()["errors"]
+    assert a.execute(5, 0.5, two_domains()), a.results()["errors"]
+    embedded = [op.args for p in packages for op in p.ops if op.kind == "exec"]
+    assert [x[0] for x in embedded] == [draw.draw_block] * 2
+    (spark_args, spark_kw), = steps
+    assert spark_args[0] is draw.draw_block and spark_kw == {"with_key": True}
+    # the same step: drawn by the same draw_domain, in the same view; Spark packs the image to move it
+    assert spark_args[4] is embedded[0][2][4] is draw.draw_domain and spark_args[3] == embedded[0][2][3]
+    assert spark_args[7] is True and embedded[0][2][7:] == ()
+
+
 def test_spark_settings_are_checked():
     with pytest.raises(adaptors.ConfigError) as e:
-        load({"engine": {"type": "spark", "params": {"master": 2, "cpu_daemons": 0, "timeout": -1, "conf": {"a": [1]}}}})
+        load({"engine": {"type": "spark", "params": {"master": 2, "cpu_daemons": 0, "timeout": -1,
+                                                     "conf": {"a": [1]}}}})
     text = str(e.value)
     for path in ("engine/params/master", "engine/params/cpu_daemons", "engine/params/timeout",
                  "engine/params/conf/a"):

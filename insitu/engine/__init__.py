@@ -2,18 +2,19 @@
 
 ``"embedded"`` (the default): one worker in each process of the simulation's own job
 (an ``mpirun`` rank), ranks talking over the transports; no scheduler in between.
-:func:`get_engine` answers an unknown name with the known ones.
+``"spark"``: a Spark driver schedules tasks that run the same command packages on
+worker daemons. :func:`get_engine` answers an unknown name with the known ones.
 """
 
 from __future__ import annotations
 
 from .embedded import EmbeddedEngine
+from .spark import SparkEngine  # pyspark itself is imported when a SparkEngine starts
 
-__all__ = ["ENGINES", "EmbeddedEngine", "get_engine"]
+__all__ = ["ENGINES", "EmbeddedEngine", "SparkEngine", "get_engine"]
 
 #: Engines by the name a configuration uses.
-ENGINES: dict[str, type] = {"embedded": EmbeddedEngine}
-ENGINES["spark"] = __import__("insitu.engine.spark", fromlist=["SparkEngine"]).SparkEngine  # imports pyspark only when started
+ENGINES: dict[str, type] = {"embedded": EmbeddedEngine, "spark": SparkEngine}
 
 
 def get_engine(name: str) -> type:

@@ -128,7 +128,10 @@ class EmbeddedEngine:
 
         Meant for results and tests: it copies to the host (counted) and pickles.
         """
-        local = blocks.recv_gpu() if isinstance(blocks, GPUBlocks) else {k: arrays.to_host(v) for k, v in blocks.items()}
+        if isinstance(blocks, GPUBlocks):
+            local = blocks.recv_gpu()
+        else:
+            local = {k: arrays.to_host(v) for k, v in blocks.items()}
         if self.comm is None:
             return dict(local)
         comm = self.shuffle.comm
