@@ -25,7 +25,6 @@ import copy
 import json
 import os
 import re
-import sys
 import time as _time
 from typing import Any, Mapping
 
@@ -33,6 +32,8 @@ from insitu import arrays
 from insitu.engine import get_engine
 from insitu.errors import PeerTimeoutError
 from insitu.launch import share_cpu_threads
+from insitu.log import enable as enable_logging
+from insitu.log import get_logger
 from insitu.profile import StageTimer
 
 from . import mesh as _mesh
@@ -43,6 +44,8 @@ from .context import Context, PeerFailedError
 from .pipelines import Dataset, run_pipeline
 from .scenes import SceneRenderer
 from .triggers import evaluate
+
+_log = get_logger(__name__)
 
 __all__ = ["Adaptor", "STEERABLE", "about", "execute", "finalize", "initialize", "results", "steer"]
 
@@ -68,6 +71,9 @@ class Adaptor:
 
     def __init__(self, config, comm=None) -> None:
         self.config = load(config)
+        level = {"quiet": None, "errors": "WARNING", "info": "INFO"}[self.config["log"]]
+        if level:
+            enable_logging(level)  # only where the application set up no logging of its own
         engine = self.config["engine"]
         self.comm = comm
         share_cpu_threads(comm)  # CPU kernels: the node's cores shared among its ranks
@@ -414,8 +420,8 @@ class Adaptor:
     def _record(self, message: str, *, echo: bool = True) -> None:
         self._errors.append(message)
         del self._errors[:-100]  # keep the newest
-        if echo and self.config["log"] != "quiet":
-            print(f"[insitu rank {self.rank}] {message}", file=sys.stderr, flush=True)
+        if echo:
+            _log.error("%s", message, extra={"rank": self.rank})  # this job's rank (a sub-communicator's)
 
     # -- reporting ------------------------------------------------------------------------------
 

@@ -232,7 +232,9 @@ SCHEMA: dict[str, Any] = {
         "ghost_field": P("str", "element field marking ghost cells (non-zero) in each domain", "ascent_ghosts"),
         "params": P("map", "user parameters (name: number), steerable, reported by results()"),
         "steering": P("map", "where steering updates come from: {file: path} (a JSON object read when it changes)"),
-        "log": P("enum:quiet|errors|info", "what the adaptor prints on stderr", "errors"),
+        "log": P("enum:quiet|errors|info", "what the adaptor logs on stderr (insitu.log.enable) when the "
+                 "application configured no logging handlers of its own; info also says when kernels compile",
+                 "errors"),
         "timeout": P("number", "how long rank 0 waits for the other ranks in each collective of a step (the "
                      "others wait up to twice as long for rank 0); then the step fails on every rank with a "
                      "PeerTimeoutError naming the ranks that did not come", 60.0, lo=0, lo_open=True,

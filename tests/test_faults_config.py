@@ -343,3 +343,17 @@ def test_a_trigger_on_a_field_the_mesh_lacks_fails_the_step_naming_it(tmp_path):
         errors = a.results()["errors"]
         assert any("MeshError" in e and "no field 'nope'" in e for e in errors), errors
         assert not a.execute(1, 0.0, sphere_mesh())  # and again: nothing broke for good
+
+
+def test_the_adaptors_errors_are_log_records_a_user_handler_receives(tmp_path, caplog):
+    # A failed step is recorded in results() and logged as an ERROR of 'adaptors.adaptor'
+    # carrying the rank, so the application's own logging configuration decides where it goes.
+    cfg = config(tmp_path)
+    cfg["triggers"] = {"t": {"condition": "max(field('nope')) > 1", "actions": ["s"]}}
+    cfg["exceptions"] = "catch"
+    with caplog.at_level("ERROR", logger="adaptors"):
+        with adaptors.Adaptor(cfg) as a:
+            a.execute(0, 0.0, sphere_mesh())
+    recs = [r for r in caplog.records if r.name == "adaptors.adaptor"]
+    assert recs and recs[0].levelname == "ERROR" and recs[0].rank == 0, caplog.records
+    assert "no field 'nope'" in recs[0].getMessage()
