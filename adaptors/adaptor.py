@@ -39,7 +39,7 @@ from insitu.profile import StageTimer
 from . import mesh as _mesh
 from .config import SCHEMA, camera_problems, check_steering, is_number, load
 from .errors import AdaptorError, MeshError, NotInitializedError
-from .extracts import write_hdf5
+from .extracts import EXTRACTS, Extract
 from .context import Context, PeerFailedError
 from .pipelines import Dataset, run_pipeline
 from .scenes import SceneRenderer
@@ -383,39 +383,8 @@ class Adaptor:
         return self._steering["params"][name]
 
     def _extract(self, name: str, e: Mapping, images: Mapping, domains, step: int, time: float) -> None:
-        prm = e["params"]
-        if e["type"] == "hdf5":
-            write_hdf5(prm["path"], domains, prm.get("fields"), step=step, time=time, rank=self.rank,
-                       nranks=self.size)
-            return
-        if e["type"] == "adios2_mesh":
-            stream = self._streams.get(name)
-            if stream is None:
-                from .meshstream import MeshStream
-
-                stream = self._streams[name] = MeshStream(prm["filename"], prm["engine"], rank=self.rank,
-                                                          lossless=prm["lossless"], deadline=prm["deadline"])
-            stream.write(domains, prm.get("fields"), step=step, time=time)
-            return
-        if self.rank != 0:
-            return
-        want = prm.get("scene")
-        keys = [k for k in images if want is None or k == want or k.split("/")[0] == want]
-        if not keys:
-            return
-        stream = self._streams.get(name)
-        if stream is None:
-            from insitu.stream import FrameWriter, SteeringReader, steering_name
-
-            stream = self._streams[name] = FrameWriter(prm["filename"], prm["engine"], lossless=prm["lossless"],
-                                                           deadline=prm["deadline"])
-            if prm["engine"] == "SST" and prm["steering"]:
-                self._steer_readers.append(SteeringReader(steering_name(prm["filename"])))
-        from render.image import to_uint8
-
-        r = images[keys[0]]
-        stream.write(to_uint8(r.rgba, unpremultiply=True), step=step, time=time, camera=r.camera,
-                     depth=r.depth if prm["depth"] else None, ranges=r.ranges, attributes={"render": keys[0]})
+        EXTRACTS[e["type"]](Extract(name, e["params"], step, time, self.rank, self.size, domains, images,
+                                    self._streams, self._steer_readers))
 
     def _record(self, message: str, *, echo: bool = True) -> None:
         self._errors.append(message)

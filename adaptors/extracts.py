@@ -1,16 +1,87 @@
-"""Extracts beside the frames: fields to HDF5. (Frames go out through
-:class:`insitu.stream.FrameWriter`; domains in transit through :mod:`adaptors.intransit`.)
+"""Extracts: what a step writes beside its images, by the ``type`` a configuration names.
+
+:data:`EXTRACTS` maps each type to a function ``f(x: Extract) -> None`` run on every rank
+for every step the extract is due; its keys are :data:`adaptors.config.SCHEMA`'s
+``extracts`` section, which checks the parameters. ``adios2`` writes composited frames
+(rank 0) through :class:`insitu.stream.FrameWriter`, ``adios2_mesh`` sends the domains in
+transit (:class:`adaptors.meshstream.MeshStream`), ``hdf5`` writes the fields. Streams
+live in ``Extract.streams`` across steps; the adaptor closes them at ``finalize``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from typing import Any, Callable, Mapping
 
 from insitu import arrays
 
 from .mesh import Domain
 
-__all__ = ["write_hdf5"]
+__all__ = ["EXTRACTS", "Extract", "write_hdf5"]
+
+
+@dataclasses.dataclass
+class Extract:
+    """One extract's view of one step."""
+
+    name: str
+    params: Mapping[str, Any]
+    step: int
+    time: float
+    rank: int
+    size: int
+    domains: list[Domain]
+    images: Mapping[str, Any]  # "scene/render" -> the composited render (at rank 0)
+    streams: dict[str, Any]  # extract name -> its open stream, kept across steps
+    steer_readers: list  # viewers' steering streams the adaptor polls (rank 0)
+
+
+def hdf5(x: Extract) -> None:
+    """The fields of this rank's domains to an HDF5 file per step (and rank)."""
+    write_hdf5(x.params["path"], x.domains, x.params.get("fields"), step=x.step, time=x.time, rank=x.rank,
+               nranks=x.size)
+
+
+def adios2_mesh(x: Extract) -> None:
+    """This rank's domains to its in-transit stream ``<filename>.rank<r>``."""
+    from .meshstream import MeshStream
+
+    prm = x.params
+    stream = x.streams.get(x.name)
+    if stream is None:
+        stream = x.streams[x.name] = MeshStream(prm["filename"], prm["engine"], rank=x.rank,
+                                                lossless=prm["lossless"], deadline=prm["deadline"])
+    stream.write(x.domains, prm.get("fields"), step=x.step, time=x.time)
+
+
+def adios2(x: Extract) -> None:
+    """The composited frame of a scene (rank 0) to an ADIOS2 frame stream, with steering
+    from viewers on ``<filename>.steer`` for SST."""
+    if x.rank != 0:
+        return
+    prm = x.params
+    want = prm.get("scene")
+    keys = [k for k in x.images if want is None or k == want or k.split("/")[0] == want]
+    if not keys:
+        return
+    from insitu.stream import FrameWriter, SteeringReader, steering_name
+    from render.image import to_uint8
+
+    stream = x.streams.get(x.name)
+    if stream is None:
+        stream = x.streams[x.name] = FrameWriter(prm["filename"], prm["engine"], lossless=prm["lossless"],
+                                                 deadline=prm["deadline"])
+        if prm["engine"] == "SST" and prm["steering"]:
+            x.steer_readers.append(SteeringReader(steering_name(prm["filename"])))
+    r = x.images[keys[0]]
+    stream.write(to_uint8(r.rgba, unpremultiply=True), step=x.step, time=x.time, camera=r.camera,
+                 depth=r.depth if prm["depth"] else None, ranges=r.ranges, attributes={"render": keys[0]})
+
+
+#: Extract types by the name a configuration uses.
+EXTRACTS: dict[str, Callable[[Extract], None]] = {"adios2": adios2, "adios2_mesh": adios2_mesh, "hdf5": hdf5}
+
 
 def write_hdf5(path: str, domains: list[Domain], fields: list[str] | None, *, step: int, time: float,
                rank: int, nranks: int) -> str:

@@ -454,3 +454,24 @@ def test_profile_times_every_stage_of_execute(tmp_path):
     with adaptors.Adaptor(config(tmp_path)) as a:  # off by default: only the total
         assert a.execute(0, 0.0, sphere_mesh())
         assert set(a.results()["timings"]) == {"execute"}
+
+
+def test_every_extract_type_of_the_schema_has_its_function_and_back():
+    from adaptors.config import SCHEMA
+    from adaptors.extracts import EXTRACTS
+
+    assert set(EXTRACTS) == set(SCHEMA["extracts"])
+
+
+def test_an_extract_type_registered_by_its_owner_runs_on_every_due_step(tmp_path, monkeypatch):
+    # The registry is what the adaptor runs: a patched entry sees each step's domains.
+    from adaptors import extracts
+
+    seen = []
+    monkeypatch.setitem(extracts.EXTRACTS, "hdf5", lambda x: seen.append((x.name, x.step, len(x.domains))))
+    cfg = config(tmp_path)
+    cfg["extracts"] = {"h": {"type": "hdf5", "params": {"path": str(tmp_path / "f_%d")}}}
+    with adaptors.Adaptor(cfg) as a:
+        for step in range(3):
+            assert a.execute(step, 0.0, sphere_mesh())
+    assert seen == [("h", 0, 1), ("h", 1, 1), ("h", 2, 1)]
