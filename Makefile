@@ -29,6 +29,7 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 test: system venv
+	$(VENV)/bin/ruff check .
 	$(VENV_PATH) $(VPY) -m pytest -q
 
 demo: system venv

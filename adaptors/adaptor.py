@@ -175,7 +175,7 @@ class Adaptor:
                     updates += reader.poll()
                     while reader.problems:  # a refused contact file, a relay that died: taken once
                         problems.append(f"steering: {reader.problems.pop(0)}")
-            except Exception as e:  # noqa: BLE001 - reported below; the other ranks wait in the broadcast
+            except Exception as e:  # reported below; the other ranks wait in the broadcast
                 problems.append(f"steering: {type(e).__name__}: {e}")
         updates, problems = self.ctx.bcast((updates, problems), what="steering updates")
         for p in problems:
@@ -445,7 +445,7 @@ class Adaptor:
         def attempt(what: str, close, owner=None) -> None:
             try:
                 close()
-            except Exception as e:  # noqa: BLE001 - collected, raised once everything is closed
+            except Exception as e:  # collected, raised once everything is closed
                 problems.append(f"{what}: {_describe(e)}")
                 if owner is not None:
                     _keep_forever(owner)

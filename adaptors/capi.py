@@ -388,7 +388,7 @@ def _guard(during: str, fn: Callable[[], Any]) -> tuple[int, str, Any]:
     """Run `fn`; ``(OK, "", value)`` or ``(status, message, None)``; flushes stdout."""
     try:
         return int(Status.OK), "", fn()
-    except BaseException as exc:  # noqa: BLE001 -- nothing may reach the simulation
+    except BaseException as exc:  # nothing may reach the simulation
         status = _status_of(exc, during=getattr(exc, "_insitu_during", during))
         # value: whether the adaptor has printed the error already (it logs what it records)
         return int(status), _describe(exc, status), isinstance(exc, _ExecuteFailed) or bool(
@@ -398,7 +398,7 @@ def _guard(during: str, fn: Callable[[], Any]) -> tuple[int, str, Any]:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
 
 
@@ -427,7 +427,7 @@ def initialize(config_path: str, comm_handle: int) -> tuple[int, str, Any]:
 def _errors(impl) -> list:
     try:
         return list(impl.results().get("errors") or [])
-    except Exception:  # noqa: BLE001
+    except Exception:
         return []
 
 
@@ -452,7 +452,7 @@ def _join_step(impl, step: int, time: float, exc: BaseException) -> None:
     given = MeshError(str(exc)) if isinstance(exc, _Rejected) else exc
     try:
         impl.execute(int(step), float(time), None, error=given)
-    except Exception:  # noqa: BLE001 - `exceptions: forward` raises it back; `exc` is reported below
+    except Exception:  # `exceptions: forward` raises it back; `exc` is reported below
         pass
     exc._insitu_reported = True  # the adaptor logged the step's failure (it logs what it records)
 

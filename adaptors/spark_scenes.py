@@ -69,7 +69,7 @@ def start_spark(ctx: Context, params: Mapping[str, Any]) -> tuple[Any, str]:
                                          conf={k: str(v) for k, v in (params.get("conf") or {}).items()},
                                          cpu_daemons=params["cpu_daemons"], timeout=params["timeout"])
             directory = engine.daemon_dir
-        except Exception as e:  # noqa: BLE001 - every rank raises it below
+        except Exception as e:  # every rank raises it below
             e.add_note("while starting Spark for engine: spark")
             error = e
     try:
@@ -113,12 +113,12 @@ class SparkSceneRenderer(SceneRenderer):
         for close in (super().close, *(w.close for w in self._workers.values())):
             try:
                 close()
-            except Exception as e:  # noqa: BLE001 - raised below, after the rest is closed
+            except Exception as e:  # raised below, after the rest is closed
                 errors.append(e)
         self._workers.clear()
         try:
             self.ctx.barrier(what="engine: spark (closing)")  # no rank still talks to a daemon the driver stops
-        except Exception as e:  # noqa: BLE001 - raised below; the adaptor stops Spark all the same
+        except Exception as e:  # raised below; the adaptor stops Spark all the same
             errors.append(e)
         if errors:
             raise errors[0]
@@ -212,7 +212,7 @@ class SparkSceneRenderer(SceneRenderer):
             pkg.add("drop", r.handle)
         try:
             self._worker(records[0].device).run(pkg)
-        except Exception:  # noqa: BLE001 - the step's own error is the one reported
+        except Exception:  # the step's own error is the one reported
             pass
 
     def _spark_draw(self, records: list, specs: dict, cam, w: int, h: int, bounds, where: str):

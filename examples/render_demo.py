@@ -22,9 +22,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import insitu  # noqa: E402
-from halo_demo import initial  # noqa: E402
-from insitu import Domain, HaloExchange  # noqa: E402
+import insitu
+from halo_demo import initial
+from insitu import Domain, HaloExchange
 
 
 def step(u, k=0.15):

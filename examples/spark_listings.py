@@ -347,7 +347,7 @@ def kill_daemons(engine) -> list[int]:
     for sock in engine.daemons():
         try:
             pid = DaemonWorker(sock, timeout=5).ping()
-        except Exception:  # noqa: BLE001 - not running
+        except Exception:  # not running
             continue
         # kill() waits until it is gone: until the kernel has closed a daemon's sockets, a
         # task may still reach it and then see its connection reset mid-package.

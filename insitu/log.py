@@ -66,7 +66,7 @@ def rank() -> int | None:
             if MPI.Is_initialized() and not MPI.Is_finalized():
                 _mpi_rank = int(MPI.COMM_WORLD.Get_rank())
                 return _mpi_rank
-        except Exception:  # noqa: BLE001 - a record must not fail for its rank
+        except Exception:  # a record must not fail for its rank
             pass
     for var in _RANK_VARIABLES:
         value = os.environ.get(var, "")

@@ -331,7 +331,7 @@ def test_threads_share_one_cache(tmp_path):
                         x = cache.get(h)
                         assert x[0] == v and x[-1] == v
                         cache.replace(h, x + 0)
-            except Exception as e:  # noqa: BLE001 - reported below
+            except Exception as e:  # reported below
                 errors.append(e)
 
         threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]

@@ -361,7 +361,7 @@ def test_clients_on_separate_connections_share_one_daemon(daemon):
                 for _ in range(5):
                     GPUBlocks.from_arrays(w, {row: field[row]}).send_gpu().exec_gpu(scale, None, 2.0).recv_gpu()
                 assert w.round_trips == 5
-        except Exception as e:  # noqa: BLE001 - reported below
+        except Exception as e:  # reported below
             errors.append(e)
 
     threads = [threading.Thread(target=client, args=(r,)) for r in range(4)]

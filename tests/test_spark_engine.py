@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("pyspark", reason="PySpark is a dependency of insitu (pip install pyspark)")
 
-from insitu import Domain  # noqa: E402
+from insitu import Domain
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")

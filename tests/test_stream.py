@@ -15,7 +15,7 @@ from insitu.launch import mpiexec
 from insitu.stream import FrameReader, FrameWriter, SteeringReader, steering_name
 
 sys.path.insert(0, MPI_DIR)
-from frames_writer import pattern  # noqa: E402
+from frames_writer import pattern
 
 pytestmark = pytest.mark.mpi
 

@@ -78,7 +78,7 @@ _LEDGER: collections.OrderedDict = collections.OrderedDict()  # in a daemon: key
 _LEDGER_SIZE = 1 << 16  # keys kept (small: handles and hand-off descriptors, never blocks)
 
 
-class _AlreadyDone(Exception):  # noqa: N818 - not an error: the reply of a package done before
+class _AlreadyDone(Exception):  # not an error: the reply of a package done before
     """An earlier attempt of this package's (job, partition) completed on this daemon."""
 
     def __init__(self, key, stage, attempt, results) -> None:
@@ -608,16 +608,16 @@ def export_slab(a) -> tuple:
         if view is None:
             raise ValueError("export_slab: host array is not in shared memory (use _shareable first)")
         return ("shm", view)
-    cp = handoff._cupy()  # noqa: SLF001
+    cp = handoff._cupy()
     dev = int(a.device.id)
     if not a.nbytes:
         return ("empty", tuple(a.shape), a.dtype.str, dev)
-    base, size = handoff._allocation(int(a.data.ptr), dev)  # noqa: SLF001
+    base, size = handoff._allocation(int(a.data.ptr), dev)
     with cp.cuda.Device(dev):
         handle = bytes(cp.cuda.runtime.ipcGetMemHandle(base))
         cp.cuda.runtime.deviceSynchronize()  # the slab is complete before anyone maps it
     return ("ipc", handle, size, int(a.data.ptr) - base, tuple(a.shape), a.dtype.str, tuple(a.strides),
-            handoff._pci_bus_id(dev), os.getpid())  # noqa: SLF001
+            handoff._pci_bus_id(dev), os.getpid())
 
 
 def import_slab(desc: tuple):
@@ -628,18 +628,18 @@ def import_slab(desc: tuple):
 
     if desc[0] == "shm":
         return shared.attach(desc[1]).copy()
-    cp = handoff._cupy()  # noqa: SLF001
+    cp = handoff._cupy()
     if desc[0] == "empty":
         with cp.cuda.Device(desc[3]):
             return cp.empty(desc[1], np.dtype(desc[2]))
     _, handle, size, offset, shape, dtype, strides, bus, pid = desc
     if pid == os.getpid():  # CUDA cannot open a process's own IPC handle; the engine uses a `get` here
         raise ValueError("import_slab: the slab was exported by this daemon; take it from the cache by its handle")
-    dev = handoff._ordinal(bus)  # noqa: SLF001
+    dev = handoff._ordinal(bus)
     here = cp.cuda.runtime.getDevice()  # the daemon's own device (Worker.run made it current)
-    m = handoff._open(handle, size, dev)  # noqa: SLF001
+    m = handoff._open(handle, size, dev)
     with cp.cuda.Device(dev):
-        src = handoff._wrap(cp, m.base, size, m, dev, offset, shape, dtype, strides)  # noqa: SLF001
+        src = handoff._wrap(cp, m.base, size, m, dev, offset, shape, dtype, strides)
         if dev == here:
             out = src.copy()
             cp.cuda.get_current_stream().synchronize()  # before the mapping closes

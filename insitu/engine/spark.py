@@ -373,7 +373,7 @@ class SparkEngine:
                     saved = (i, d)
                 if on_iteration is not None:
                     on_iteration(i, blocks)
-            except Exception as e:  # noqa: BLE001 - only lost daemons are recovered
+            except Exception as e:  # only lost daemons are recovered
                 if saved is None or recoveries >= max_recoveries or not _daemon_lost(e):
                     raise
                 t0 = time.perf_counter()
@@ -525,7 +525,7 @@ class SparkEngine:
             for path in self.daemons():
                 try:
                     DaemonWorker(path, timeout=5.0).shutdown()
-                except Exception:  # noqa: BLE001, S110 - already gone
+                except Exception:  # already gone
                     pass
             if self._own_dir:
                 shutil.rmtree(self.daemon_dir, ignore_errors=True)

@@ -166,7 +166,7 @@ class DaemonWorker:
             frames = handoff.dumps(("run", package), ex.export)
         except DeviceUnavailableError:
             raise  # the client's own array problem, not a pickling one
-        except Exception as e:  # noqa: BLE001 - diagnosed below
+        except Exception as e:  # diagnosed below
             raise _encoding_error(package, e, self.socket_path) from e
         handoff.check_size(frames, self.max_message_bytes)
         ex.synchronize()  # the daemon reads the arrays as soon as it has the message
@@ -327,7 +327,7 @@ def _rebuild_error(msg: tuple, name: str) -> BaseException:
     if blob is not None:
         try:
             exc = handoff.loads([blob])
-        except Exception:  # noqa: BLE001 - the type is not importable here
+        except Exception:  # the type is not importable here
             exc = None
     if not isinstance(exc, BaseException):
         try:
@@ -335,7 +335,7 @@ def _rebuild_error(msg: tuple, name: str) -> BaseException:
             for part in qualname.split("."):
                 t = getattr(t, part)
             exc = t(text)
-        except Exception:  # noqa: BLE001
+        except Exception:
             exc = InsituError(f"{module}.{qualname}: {text}")
         for n in notes:
             exc.add_note(n)
@@ -356,13 +356,13 @@ def _encoding_error(package: Package, error: Exception, path: str) -> PackageEnc
     """Name the part of `package` that cannot be pickled."""
 
     def probe(obj):  # arrays are not the problem here: no IPC handles, no segments looked up
-        return ("array",) if handoff._is_device(obj) else None  # noqa: SLF001
+        return ("array",) if handoff._is_device(obj) else None
 
     for i, op in enumerate(package.ops):
         for x in _leaves([*op.args, *op.kwargs.values()]):
             try:
                 handoff.dumps(x, probe)
-            except Exception as e:  # noqa: BLE001 - this is the culprit
+            except Exception as e:  # this is the culprit
                 what = (f"function {getattr(x, '__module__', '?')}.{getattr(x, '__qualname__', x)!s}" if callable(x)
                         else f"a {type(x).__name__} argument")
                 return PackageEncodingError(

@@ -368,7 +368,7 @@ class _Server:
         try:
             try:
                 request = handoff.loads(frames, ex.load)
-            except BaseException as e:  # noqa: BLE001 - goes back to the client
+            except BaseException as e:  # goes back to the client
                 e.add_note("while the worker daemon decoded the package: its functions must be importable in the "
                            f"daemon (its sys.path: {sys.path})")
                 raise
@@ -392,11 +392,11 @@ class _Server:
             if kind == "shutdown":
                 return handoff.dumps(("ok", os.getpid())), True
             raise ValueError(f"worker daemon: unknown request {kind!r}; expected run, ping, hello, stats or shutdown")
-        except BaseException as e:  # noqa: BLE001 - a user function calling sys.exit must not end the connection
+        except BaseException as e:  # a user function calling sys.exit must not end the connection
             _log.debug("a request failed (the error goes back to the client)", exc_info=e)
             try:
                 ex.synchronize(self.worker.device)  # work launched before the error must not outlive the reply
-            except Exception:  # noqa: BLE001, S110 - the error being reported matters more
+            except Exception:  # the error being reported matters more
                 pass
             return _error_reply(e), False
         finally:
@@ -415,7 +415,7 @@ def _error_reply(e: BaseException) -> list:
     try:
         blob = bytes(handoff.dumps(e)[0])  # by value; no array descriptors in errors
         handoff.loads([blob])
-    except Exception:  # noqa: BLE001 - rebuilt from type and message on the client instead
+    except Exception:  # rebuilt from type and message on the client instead
         blob = None
     return handoff.dumps(("error", blob, type(e).__module__, type(e).__qualname__, str(e),
                           list(getattr(e, "__notes__", ())), tb))
@@ -441,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_message_bytes is not None and args.max_message_bytes <= 0:
         raise ValueError(f"--max-message-bytes must be > 0, got {args.max_message_bytes}")
     # Handles from a previous daemon on this socket must not name blocks of this one.
-    _cache._ids = itertools.count(secrets.randbits(48) << 8)  # noqa: SLF001
+    _cache._ids = itertools.count(secrets.randbits(48) << 8)
     for d in _cache.clean_stale_spill_dirs(args.spill_dir):
         _log.info("removed the spill directory %s of a dead process", d)
     worker = _DaemonWorker(args.device, budget_bytes=args.budget_bytes, host_budget_bytes=args.host_budget_bytes,
@@ -573,10 +573,10 @@ def default_socket_path(device: int | None = None, *, directory: str | None = No
         try:
             if not by_bus_id:
                 raise LookupError("named by ordinal")
-            cp = handoff._cupy()  # noqa: SLF001
+            cp = handoff._cupy()
             if cp is not None:
                 name = "gpu-" + str(cp.cuda.Device(int(device)).pci_bus_id).replace(":", "_")
-        except Exception:  # noqa: BLE001 - fall back on the ordinal
+        except Exception:  # fall back on the ordinal
             pass
     host = socket.gethostname().split(".")[0][:24]
     return check_socket_path(os.path.join(_node_dir(directory), f"worker-{host}-{name}.sock"))
@@ -780,7 +780,7 @@ def _probe(path: str, device: int | None, want: dict, owners: tuple,
         return None, None
     except (WorkerTimeoutError, DaemonOwnerError):
         raise
-    except Exception as e:  # noqa: BLE001 - a daemon that does not know the handshake: older code
+    except Exception as e:  # a daemon that does not know the handshake: older code
         return None, {"pid": w.pid, "diff": f"it does not know the handshake ({type(e).__name__}: {e}): older code",
                       "connections": 0, "owners": []}
     finally:

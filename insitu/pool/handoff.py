@@ -193,7 +193,7 @@ def _base_pickler() -> tuple[type, str]:
     for name in ("pyspark.cloudpickle", "cloudpickle"):
         try:
             return importlib.import_module(name).Pickler, name
-        except Exception:  # noqa: BLE001 - any import failure means: not this one
+        except Exception:  # any import failure means: not this one
             continue
     return pickle.Pickler, "pickle"
 
@@ -293,7 +293,7 @@ def _ordinal(pci_bus_id: str) -> int:
     cp = _cupy()
     try:
         return int(cp.cuda.runtime.deviceGetByPCIBusId(pci_bus_id))
-    except Exception as e:  # noqa: BLE001 - cupy's CUDARuntimeError
+    except Exception as e:  # cupy's CUDARuntimeError
         raise arrays.DeviceUnavailableError(
             f"this process cannot see the CUDA device at PCI bus id {pci_bus_id} ({e}); the client and the worker "
             "daemon must see the same GPU (check CUDA_VISIBLE_DEVICES)") from None
@@ -305,7 +305,7 @@ def _driver():
     for mod in ("cuda.bindings.driver", "cuda.cuda"):
         try:
             drv = importlib.import_module(mod)
-        except Exception:  # noqa: BLE001
+        except Exception:
             continue
 
         def get_range(ptr: int, drv=drv) -> tuple[int, int]:
@@ -336,7 +336,7 @@ def _allocation(ptr: int, device: int) -> tuple[int, int]:
         cp.cuda.runtime.setDevice(device)  # makes its primary context current for the driver call
         try:
             return _driver()(ptr)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise arrays.DeviceUnavailableError(
                 f"cannot find the CUDA allocation holding device pointer 0x{ptr:x} ({e}); only memory from "
                 "cudaMalloc (CuPy's default pool) can be handed to a worker daemon by CUDA IPC") from None
@@ -511,7 +511,7 @@ class DaemonExchange:
         kind = pid[0]
         if kind == "shm":
             a = shared.attach(pid[1])
-            seg = shared._segment(a)  # noqa: SLF001
+            seg = shared._segment(a)
             self._host.append((seg.address, seg.address + seg.size))
             self._refs.append(seg)
             return a
@@ -519,7 +519,7 @@ class DaemonExchange:
             cp = _cupy()
             if cp is None:
                 raise arrays.DeviceUnavailableError(
-                    f"a CUDA array was sent to this worker daemon, but {arrays._cupy_status()[1]}")  # noqa: SLF001
+                    f"a CUDA array was sent to this worker daemon, but {arrays._cupy_status()[1]}")
             _, handle, size, offset, shape, dtype, strides, bus, i = pid
             dev = _ordinal(bus)
             if i not in self._lent:

@@ -307,10 +307,10 @@ class KernelCache:
         if p is None:
             try:
                 nvrtc = ".".join(map(str, importlib.import_module("cupy.cuda.compiler")._get_nvrtc_version()))
-            except Exception:  # noqa: BLE001 - a private helper: fall back on the public module
+            except Exception:  # a private helper: fall back on the public module
                 try:
                     nvrtc = ".".join(map(str, cp.cuda.nvrtc.getVersion()))
-                except Exception:  # noqa: BLE001 - only part of the key
+                except Exception:  # only part of the key
                     nvrtc = "unknown"
             p = (str(cp.__version__), str(cp.cuda.Device(dev).compute_capability), nvrtc)
             self._platforms[dev] = p
@@ -531,7 +531,7 @@ def _rawmodule_options(options: tuple) -> tuple[str, ...]:
         cuda_path = cupy.cuda.get_cuda_path()
         if cuda_path and os.path.isdir(os.path.join(cuda_path, "include")):
             full += (f"-I{os.path.join(cuda_path, 'include')}",)
-    except Exception:  # noqa: BLE001 - include paths are a convenience
+    except Exception:  # include paths are a convenience
         pass
     return full
 

@@ -172,7 +172,7 @@ def _open(name: str) -> shared_memory.SharedMemory:
     shm = shared_memory.SharedMemory(name=name)
     # Python < 3.13 registers attached segments too, and its tracker would unlink the
     # owner's segment when this process exits: take it back out at once.
-    resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001 - the registered name
+    resource_tracker.unregister(shm._name, "shared_memory")  # the registered name
     return shm
 
 

@@ -37,7 +37,7 @@ def _egl():
                                  "render/ needs 'egl' (set it before OpenGL is first imported)")
     try:
         from OpenGL import EGL
-        EGL.eglGetDisplay  # noqa: B018  resolving it loads libEGL
+        EGL.eglGetDisplay  # resolving it loads libEGL
     except Exception as e:  # ImportError, or ctypes failing to load libEGL
         raise GLUnavailableError(f"no EGL library: {e}; {_INSTALL}") from e
     return EGL

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import ROOT, commit, emit  # noqa: E402
+from benchutil import ROOT, commit, emit
 
 WRITER = """
 import sys, time

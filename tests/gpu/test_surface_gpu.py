@@ -14,7 +14,7 @@ from render.contour import marching_cubes
 from render.surface import SurfaceRenderer
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/: shared meshes
-from test_surface import uv_sphere  # noqa: E402
+from test_surface import uv_sphere
 
 cp = pytest.importorskip("cupy", reason="needs CuPy")
 

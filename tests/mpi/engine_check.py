@@ -113,7 +113,7 @@ if budget is not None and (stats.spills_to_host + stats.spills_to_disk == 0 or s
 sums = engine.gpu_shuffle(blocks.exec_gpu(partial_sums, None, with_key=True), "key")
 totals = engine.gather(sums.exec_gpu(add_up))
 if rank == 0:
-    final = engine.gather(blocks)  # noqa: F841  (collective: every rank takes part)
+    final = engine.gather(blocks)  # (collective: every rank takes part)
 else:
     engine.gather(blocks)
 if rank == 0:
