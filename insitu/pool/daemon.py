@@ -757,6 +757,12 @@ def ensure_daemon(device: int | None = None, *, directory: str | None = None, ti
                 time.sleep(0.02)
         try:
             h, differs = _probe(path, device, want, owners, options)
+            grace = time.monotonic() + 2.0
+            while h is None and differs is not None and differs["connections"] > 0 and time.monotonic() < grace:
+                # A connection closed just now (the probe's before this one, a starter's
+                # readiness check) is still counted until the daemon's thread sees it end.
+                time.sleep(0.05)
+                h, differs = _probe(path, device, want, owners, options)
             if h is None:
                 if differs is not None:
                     _replace(path, device, differs, timeout=max(deadline - time.monotonic(), 10.0))
