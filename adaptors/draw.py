@@ -364,7 +364,7 @@ def describe_domain(plots: Sequence[tuple], i: int, domain) -> tuple[list, Domai
         (the scene renderer's list); every dataset holds domain `i`.
     i : int
         The domain's index in each dataset.
-    domain : adaptors.mesh.Domain
+    domain : adaptors.mesh.MeshDomain
         Domain `i` as the simulation gave it (its place in the world).
 
     Returns

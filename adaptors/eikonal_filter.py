@@ -22,13 +22,13 @@ from insitu.domain import Domain as Grid
 from solvers.eikonal import EikonalSolver
 
 from .config import is_number
-from .mesh import Domain
+from .mesh import MeshDomain
 from .context import Context
 
 __all__ = ["arrival_times"]
 
 
-def _layout(domains: list[Domain], ctx: Context):
+def _layout(domains: list[MeshDomain], ctx: Context):
     """Global node grid and this rank's blocks in it: (grid, {local index: gid}, origin, spacing)."""
     mine = [(d.node_origin, d.spacing, np.asarray(d.cells[1]) - np.asarray(d.cells[0])) for d in domains]
     everyone = ctx.allgather(mine, what="eikonal layout")
@@ -71,7 +71,7 @@ class _BlockSpeeds(Mapping):
     """Block id -> the speeds of this rank's block, read from its domain when the solver
     asks (so a failure to read them is agreed by the solver's set-up like any other)."""
 
-    def __init__(self, domains: list[Domain], local: dict[int, int], grid: Grid, speed: str, xp) -> None:
+    def __init__(self, domains: list[MeshDomain], local: dict[int, int], grid: Grid, speed: str, xp) -> None:
         self._by_gid = {g: domains[i] for i, g in local.items()}
         self._grid, self._speed, self._xp = grid, speed, xp
 
@@ -92,12 +92,12 @@ class _BlockSpeeds(Mapping):
         return len(self._by_gid)
 
 
-def arrival_times(domains: list[Domain], params: Mapping[str, Any], ctx: Context) -> list:
+def arrival_times(domains: list[MeshDomain], params: Mapping[str, Any], ctx: Context) -> list:
     """Arrival times from ``params["seeds"]`` over this rank's `domains`; collective.
 
     Parameters
     ----------
-    domains : list of Domain
+    domains : list of MeshDomain
         This rank's domains; those of all ranks tile one grid in a regular split.
     params : mapping
         The filter's checked parameters: ``speed`` (field name or constant), ``seeds``

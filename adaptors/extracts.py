@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 
 from insitu import arrays
 
-from .mesh import Domain
+from .mesh import MeshDomain
 
 __all__ = ["EXTRACTS", "Extract", "write_hdf5"]
 
@@ -31,7 +31,7 @@ class Extract:
     time: float
     rank: int
     size: int
-    domains: list[Domain]
+    domains: list[MeshDomain]
     images: Mapping[str, Any]  # "scene/render" -> the composited render (at rank 0)
     streams: dict[str, Any]  # extract name -> its open stream, kept across steps
     steer_readers: list  # viewers' steering streams the adaptor polls (rank 0)
@@ -83,7 +83,7 @@ def adios2(x: Extract) -> None:
 EXTRACTS: dict[str, Callable[[Extract], None]] = {"adios2": adios2, "adios2_mesh": adios2_mesh, "hdf5": hdf5}
 
 
-def write_hdf5(path: str, domains: list[Domain], fields: list[str] | None, *, step: int, time: float,
+def write_hdf5(path: str, domains: list[MeshDomain], fields: list[str] | None, *, step: int, time: float,
                rank: int, nranks: int) -> str:
     """Write this rank's domains (one group each: fields plus origin/spacing/dims) to an
     HDF5 file; with several ranks each writes ``<path>.rank<r>.h5``. Returns the path."""

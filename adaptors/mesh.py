@@ -30,7 +30,7 @@ from insitu import arrays
 
 from .errors import MeshError
 
-__all__ = ["Domain", "Field", "parse", "uniform"]
+__all__ = ["MeshDomain", "Field", "parse", "uniform"]
 
 _AXES = (("i", "x", "dx"), ("j", "y", "dy"), ("k", "z", "dz"))
 _DTYPES = ("float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -43,8 +43,9 @@ class Field:
 
 
 @dataclasses.dataclass
-class Domain:
-    """One uniform block of the simulation's mesh, as the adaptor sees it."""
+class MeshDomain:
+    """One Blueprint domain of the simulation's mesh (a uniform block), as the adaptor
+    sees it; :class:`insitu.Domain` is another thing, a global grid's decomposition."""
 
     domain_id: int
     dims: tuple[int, int, int]  # nodes
@@ -107,7 +108,7 @@ def _recentre(cells):
     return acc / 8
 
 
-def parse(mesh, *, ghost_field: str = "ascent_ghosts") -> list[Domain]:
+def parse(mesh, *, ghost_field: str = "ascent_ghosts") -> list[MeshDomain]:
     """Validate a Blueprint mesh (one domain, a list or a dict of them); return its domains.
 
     Raises
@@ -162,7 +163,7 @@ def _number(v, path: str, *, positive: bool = False, integer: bool = False):
     return int(v) if integer else float(v)
 
 
-def _domain(m, p: str, index: int, ghost_field: str) -> Domain:
+def _domain(m, p: str, index: int, ghost_field: str) -> MeshDomain:
     csname, cs = _one(_get(m, "coordsets", p), f"{p}coordsets/")
     cpath = f"{p}coordsets/{csname}/"
     if _get(cs, "type", cpath) != "uniform":
@@ -204,7 +205,7 @@ def _domain(m, p: str, index: int, ghost_field: str) -> Domain:
         if g.association != "element":
             raise MeshError(f"{p}fields/{ghost_field}/association: the ghost field must be element-associated")
         cells = _real_box(g.values, f"{p}fields/{ghost_field}/values")
-    return Domain(did, dims, origin, spacing, fields, cells)
+    return MeshDomain(did, dims, origin, spacing, fields, cells)
 
 
 def _values(v, shape: tuple, path: str):

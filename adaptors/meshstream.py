@@ -21,7 +21,7 @@ from insitu import arrays
 from insitu.stream import DEADLINE, FrameWriter, open_contact, sst_parameters
 from insitu.stream import LOSSLESS as _LOSSLESS
 
-from .mesh import Domain
+from .mesh import MeshDomain
 
 __all__ = ["LOSSLESS", "MeshStream", "app_comm", "read_steps"]
 
@@ -85,7 +85,7 @@ class MeshStream:
         default SST, steps replaced by a newer one while the writer process was busy."""
         return self._writer.dropped
 
-    def write(self, domains: list[Domain], fields: list[str] | None, *, step: int, time: float) -> bool:
+    def write(self, domains: list[MeshDomain], fields: list[str] | None, *, step: int, time: float) -> bool:
         """Write this rank's `domains` (`fields` of each; default all) as one step.
 
         Returns

@@ -14,7 +14,7 @@ from insitu import arrays
 
 from .context import Context
 from .errors import MeshError
-from .mesh import Domain, Field
+from .mesh import MeshDomain, Field
 
 __all__ = ["Dataset", "FILTERS", "run_pipeline"]
 
@@ -30,13 +30,13 @@ class Surface:
 
 @dataclasses.dataclass
 class Dataset:
-    domains: list[Domain]
+    domains: list[MeshDomain]
     surface: Surface | None = None
     #: Field a volume plot of this dataset ray casts instead of the named one (a threshold's masked copy).
     volume_names: dict = dataclasses.field(default_factory=dict)
 
 
-def _with_field(d: Domain, name: str, field: Field) -> Domain:
+def _with_field(d: MeshDomain, name: str, field: Field) -> MeshDomain:
     return dataclasses.replace(d, fields={**d.fields, name: field})
 
 
@@ -85,7 +85,7 @@ def _require(ds: Dataset, field: str) -> None:
             raise MeshError(f"domain {d.domain_id}: no field {field!r}; fields: {', '.join(sorted(d.fields))}")
 
 
-def run_pipeline(name: str, filters: Mapping[str, Mapping], domains: list[Domain], ctx: Context,
+def run_pipeline(name: str, filters: Mapping[str, Mapping], domains: list[MeshDomain], ctx: Context,
                  steer: Mapping[str, Any]) -> Dataset:
     """Run pipeline `name` on this rank's domains; `steer` holds steered values by
     filter name ({"f1": {"iso_values": [...]}})."""
