@@ -4,15 +4,10 @@ loopback interface, and an analysis reader that connects and never reads holds a
 lossless simulation writer (each step and its ``close``) at most ``deadline`` seconds.
 Loopback only; every process a test starts is ended by pid."""
 
-import contextlib
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-import time
 
 import numpy as np
 import pytest
@@ -20,80 +15,13 @@ import pytest
 from adaptors.intransit import MeshStream, read_steps
 from adaptors.mesh import parse, uniform
 from conftest import ROOT
+from procs import ENV, folder, line_with, other_user, records, spawn, stop, tell
 from insitu.stream import DEADLINE as STREAM_DEADLINE
 from insitu.stream import ContactFileError
 
-ENV = {**os.environ, "PYTHONPATH": ROOT}
 DEADLINE = 2.0
 #: Scheduling slack on a loaded 2-core machine (the failure mode being fixed is "forever").
 MARGIN = 20.0
-
-
-def spawn(code: str, *args, user: list[str] | None = None) -> subprocess.Popen:
-    return subprocess.Popen([*(user or []), sys.executable, "-c", code, *map(str, args)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, cwd=ROOT)
-
-
-def stop(*procs: subprocess.Popen) -> None:
-    for p in procs:
-        if p is not None and p.poll() is None:
-            os.kill(p.pid, signal.SIGKILL)
-        if p is not None:
-            p.wait(timeout=30)
-
-
-def tell(p: subprocess.Popen, line: str = "go") -> None:
-    p.stdin.write(line + "\n")
-    p.stdin.flush()
-
-
-def line_with(p: subprocess.Popen, text: str, timeout: float = 60.0) -> str:
-    """The first line of `p`'s output holding `text` (other lines are skipped)."""
-    import selectors
-
-    end = time.monotonic() + timeout
-    with selectors.DefaultSelector() as sel:
-        sel.register(p.stdout, selectors.EVENT_READ)
-        while time.monotonic() < end:
-            if sel.select(timeout=min(1.0, end - time.monotonic())):
-                line = p.stdout.readline()
-                if not line:
-                    break
-                if text in line:
-                    return line
-    raise AssertionError(f"no line with {text!r} within {timeout} s (exit code {p.poll()})")
-
-
-def records(p: subprocess.Popen, key: str, timeout: float) -> list[dict]:
-    """`p`'s JSON lines up to and with the first holding `key` and an error (or `key` "close")."""
-    out = []
-    while True:
-        rec = json.loads(line_with(p, "{", timeout))
-        out.append(rec)
-        if key in rec and (rec.get("error") or key == "close"):
-            return out
-
-
-@contextlib.contextmanager
-def folder(mode: int):
-    """A fresh directory under /tmp with `mode` (reachable by other users, unlike tmp_path)."""
-    d = tempfile.mkdtemp(prefix="insitu-faults-", dir="/tmp")
-    os.chmod(d, mode)
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-def other_user() -> list[str] | None:
-    """A command prefix running a program as user nobody, or None."""
-    if os.geteuid() != 0:
-        return None
-    if shutil.which("setpriv"):
-        return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
-    if shutil.which("runuser"):
-        return ["runuser", "-u", "nobody", "--"]
-    return None
 
 
 def domains(step: int) -> list:

@@ -7,74 +7,19 @@ import contextlib
 import json
 import os
 import selectors
-import shutil
 import signal
-import subprocess
-import sys
-import tempfile
 import time
 
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from procs import folder, line_with, other_user, records, spawn, stop
 from insitu.stream import (ContactFileError, FrameReader, FrameWriter, ReaderTimeoutError, SteeringReader,
                            SteeringWriter, sst_parameters, steering_name)
 
-ENV = {**os.environ, "PYTHONPATH": ROOT}
 DEADLINE = 2.0
 #: Scheduling slack on a loaded 2-core machine (the failure mode being fixed is "forever").
 MARGIN = 20.0
-
-
-def spawn(code: str, *args, user: list[str] | None = None) -> subprocess.Popen:
-    return subprocess.Popen([*(user or []), sys.executable, "-c", code, *map(str, args)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, cwd=ROOT)
-
-
-def stop(*procs: subprocess.Popen) -> None:
-    for p in procs:
-        if p is not None and p.poll() is None:
-            os.kill(p.pid, signal.SIGKILL)
-        if p is not None:
-            p.wait(timeout=30)
-
-
-def line_with(p: subprocess.Popen, text: str, timeout: float = 60.0) -> str:
-    """The first line of `p`'s output holding `text` (other lines are skipped)."""
-    end = time.monotonic() + timeout
-    with selectors.DefaultSelector() as sel:
-        sel.register(p.stdout, selectors.EVENT_READ)
-        while time.monotonic() < end:
-            if sel.select(timeout=min(1.0, end - time.monotonic())):
-                line = p.stdout.readline()
-                if not line:
-                    break
-                if text in line:
-                    return line
-    raise AssertionError(f"no line with {text!r} within {timeout} s (exit code {p.poll()})")
-
-
-@contextlib.contextmanager
-def folder(mode: int):
-    """A fresh directory under /tmp with `mode` (reachable by other users, unlike tmp_path)."""
-    d = tempfile.mkdtemp(prefix="insitu-faults-", dir="/tmp")
-    os.chmod(d, mode)
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-def other_user() -> list[str] | None:
-    """A command prefix running a program as user nobody, or None."""
-    if os.geteuid() != 0:
-        return None
-    if shutil.which("setpriv"):
-        return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
-    if shutil.which("runuser"):
-        return ["runuser", "-u", "nobody", "--"]
-    return None
 
 
 STEER = """
@@ -222,16 +167,6 @@ except ReaderTimeoutError as e:
     error = str(e)
 print(json.dumps({"close": time.monotonic() - t0, "error": error, "dropped": w.dropped}), flush=True)
 """
-
-
-def records(p: subprocess.Popen, key: str, timeout: float) -> list[dict]:
-    """`p`'s JSON lines up to and with the first holding `key` and an error (or `key` "close")."""
-    out = []
-    while True:
-        rec = json.loads(line_with(p, "{", timeout))
-        out.append(rec)
-        if key in rec and (rec.get("error") or key == "close"):
-            return out
 
 
 def test_a_lossless_writer_drops_a_reader_that_never_reads_and_goes_on(tmp_path):
