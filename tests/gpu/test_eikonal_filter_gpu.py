@@ -48,7 +48,7 @@ def test_filter_on_device_fields_equals_eikonal_solver_without_host_copies(speed
     with insitu.count_transfers() as c:
         ours = eikonal(domains, speed)
     # No field data crosses: the only uploads are the halo exchange's set-up tables (its
-    # copy plan and pointer tables, 1.6 KB here, made once per solver), nothing comes back,
+    # copy plan and pointer tables, made once per solver), nothing comes back,
     # and the per-step convergence test reads one scalar.
     st = c.stats
     smallest = min(d.fields["s"].values.nbytes for d in domains)
