@@ -1,6 +1,6 @@
 # insitu: build and test entry points.
 #   make demo      install everything (system libs, .venv) and run the 4-rank in-situ eikonal demo (out/eikonal/)
-#   make test      install everything and run the CPU test suite (what CI runs)
+#   make test      install everything, run ruff and mypy, then the CPU test suite (what CI runs)
 #   make gpu-test  GPU machine only: run tests/gpu with that machine's own Python env
 #   make capi      build the C/C++/Fortran adaptor library (CMakeLists.txt) into build/capi
 #   make clean     remove .venv, build outputs and caches
@@ -30,6 +30,7 @@ $(STAMP): pyproject.toml
 
 test: system venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(VENV_PATH) $(VPY) -m pytest -q
 
 demo: system venv
@@ -52,5 +53,5 @@ gpu-test:
 	python3 -m pytest -q tests/gpu
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis out
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis out
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

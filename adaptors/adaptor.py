@@ -26,7 +26,7 @@ import json
 import os
 import re
 import time as _time
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from insitu import arrays
 from insitu.engine import get_engine
@@ -83,6 +83,7 @@ class Adaptor:
         #: This rank's engine: the embedded engine's in-process worker draws the rank's
         #: domains; with Spark, the driver's SparkEngine at rank 0 (None elsewhere).
         self.engine = None
+        self._scenes: SceneRenderer  # SparkSceneRenderer under Spark
         if engine["type"] == "spark":
             from .spark_scenes import SparkSceneRenderer, start_spark
 
@@ -102,7 +103,7 @@ class Adaptor:
         self._timings: dict[str, float] = {}
         self._executes = 0
         self._steer_mtime: float | None = None
-        self._steering = {"camera": {}, "iso_values": {}, "colormap": None, "transfer_function": None,
+        self._steering: dict[str, Any] = {"camera": {}, "iso_values": {}, "colormap": None, "transfer_function": None,
                           "params": dict(self.config.get("params") or {}), "pause": False, "stop": False}
         self._steer_readers: list = []  # viewers' steering streams (rank 0)
         triggered = {a for t in self.config["triggers"].values() for a in t["actions"]}
@@ -242,7 +243,7 @@ class Adaptor:
         t0 = _time.perf_counter()
         step = int(step)
         self.ctx.step_begin()
-        self._failures = []
+        self._failures: list[BaseException] = []
         try:
             self._execute(step, float(time), mesh, error)
         except Exception as e:
@@ -479,7 +480,7 @@ def _describe(e: BaseException) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
-def _status(failures: list[BaseException]) -> dict | None:
+def _status(failures: Sequence[BaseException]) -> dict | None:
     """This rank's outcome of a step for :meth:`Context.step_verdict`."""
     if not failures:
         return None
@@ -487,7 +488,7 @@ def _status(failures: list[BaseException]) -> dict | None:
     return {"error": "; ".join(_describe(e) for e in (mine or failures)), "relayed": not mine}
 
 
-def _failure_message(step: int, verdict: dict, failures: list[BaseException], size: int) -> str | None:
+def _failure_message(step: int, verdict: dict, failures: Sequence[BaseException], size: int) -> str | None:
     """The line every rank records for a failed step (None: it went well everywhere)."""
     if size == 1:
         return f"step {step}: " + "; ".join(_describe(e) for e in failures) if failures else None

@@ -427,8 +427,8 @@ def validate(config) -> dict:
                 problems.append(f"{path}/actions: unknown scene or extract {a!r}; "
                                 f"known: {', '.join(sorted(out['scenes']) + sorted(out['extracts'])) or 'none'}")
         out["triggers"][name] = t
-    for name, e in out["extracts"].items():
-        sc = e.get("params", {}).get("scene")
+    for name, ex in out["extracts"].items():
+        sc = ex.get("params", {}).get("scene")
         if sc is not None and sc.split("/")[0] not in out["scenes"]:
             problems.append(f"extracts/{name}/params/scene: unknown scene {sc!r}; known: "
                             f"{', '.join(sorted(out['scenes'])) or 'none'}")
@@ -501,7 +501,7 @@ def _typed(entry, path: str, types: Mapping[str, Mapping], what: str, problems: 
         problems.append(f"{path}: expected a map with a type, got {_what(entry)}")
         return {}
     t = entry.get("type")
-    if t not in types:
+    if not isinstance(t, str) or t not in types:
         problems.append(f"{path}/type: unknown {what} {t!r}; known: {', '.join(types)}")
         return {}
     for k in entry:
@@ -652,7 +652,7 @@ def _steered(key: str, value: Any, param: Param, config: Mapping, problems: list
         if not isinstance(value, Mapping):
             problems.append(f"camera: expected a map, got {_what(value)}")
             return None
-        out = {}
+        out: dict[str, Any] = {}
         for k, v in value.items():
             if k not in SCHEMA["camera"]:
                 problems.append(f"camera: unknown key {_short(k)}; known: {', '.join(SCHEMA['camera'])}")

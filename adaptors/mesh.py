@@ -58,7 +58,7 @@ class MeshDomain:
     def nodes(self) -> tuple[slice, slice, slice]:
         """Node slices that span the real cells (cells lo..hi-1 -> nodes lo..hi)."""
         lo, hi = self.cells
-        return tuple(slice(a, b + 1) for a, b in zip(lo, hi))
+        return slice(lo[0], hi[0] + 1), slice(lo[1], hi[1] + 1), slice(lo[2], hi[2] + 1)
 
     @property
     def box(self) -> np.ndarray:
@@ -236,11 +236,12 @@ def _real_box(g, path: str):
     if hit is not None and hit[0]() is g:
         return hit[1]
     box = _find_real_box(g, path)
+    key = id(g)
     try:
-        ref = weakref.ref(g, lambda _, k=id(g): _box_cache.pop(k, None))
+        ref = weakref.ref(g, lambda _: _box_cache.pop(key, None))
     except TypeError:  # an array type without weak references: no caching
         return box
-    _box_cache[id(g)] = (ref, box)
+    _box_cache[key] = (ref, box)
     return box
 
 
@@ -278,7 +279,7 @@ def uniform(fields: Mapping[str, Any], *, origin: Sequence[float] = (0.0, 0.0, 0
     name, first = next(iter(fields.items()))
     shape = tuple(int(n) + (1 if name in element else 0) for n in first.shape)
     dims = dict(zip("ijk", shape))
-    out = {
+    out: dict[str, Any] = {
         "coordsets": {"coords": {"type": "uniform", "dims": dims,
                                  "origin": dict(zip("xyz", map(float, origin))),
                                  "spacing": dict(zip(("dx", "dy", "dz"), map(float, spacing)))}},

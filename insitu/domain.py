@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-from typing import Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
@@ -20,9 +20,18 @@ from .arrays import get_array_module
 
 __all__ = ["BlockInfo", "Domain", "DIRECTIONS", "dims_create"]
 
+_T = TypeVar("_T")
+
+
+def _three(values: Iterable[_T]) -> tuple[_T, _T, _T]:
+    """`values`, which are one per axis, as a 3-tuple."""
+    a, b, c = values
+    return a, b, c
+
+
 #: The 26 neighbour directions, in a fixed order shared by every rank.
 DIRECTIONS: tuple[tuple[int, int, int], ...] = tuple(
-    d for d in itertools.product((-1, 0, 1), repeat=3) if d != (0, 0, 0)
+    _three(d) for d in itertools.product((-1, 0, 1), repeat=3) if d != (0, 0, 0)
 )
 
 
@@ -76,6 +85,7 @@ def dims_create(nnodes: int, ndims: int = 3, dims: Sequence[int] | None = None) 
             raise ValueError(f"dims_create: dims {dims} multiply to {fixed}, not {nnodes}")
         return tuple(dims)
     facs = _balanced(rest, len(free))
+    assert facs is not None  # any n has k factors <= n (ones pad)
     for i, f in zip(free, facs):
         dims[i] = f
     return tuple(dims)
@@ -95,18 +105,18 @@ class BlockInfo:
     @property
     def shape(self) -> tuple[int, int, int]:
         """Interior shape (without ghosts)."""
-        return tuple(h - l for l, h in zip(self.lo, self.hi))
+        return _three(h - l for l, h in zip(self.lo, self.hi))
 
     @property
     def padded_shape(self) -> tuple[int, int, int]:
         """Array shape including the ghost layer."""
-        return tuple(n + 2 * self.ghost for n in self.shape)
+        return _three(n + 2 * self.ghost for n in self.shape)
 
     @property
     def interior(self) -> tuple[slice, slice, slice]:
         """Slices of the interior within a padded block array."""
         g = self.ghost
-        return tuple(slice(g, g + n) for n in self.shape)
+        return _three(slice(g, g + n) for n in self.shape)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,9 +198,9 @@ class Domain:
             raise ValueError(f"ghost must be an integer >= 0, got {ghost!r}")
         per = (bool(periodic),) * 3 if isinstance(periodic, (bool, np.bool_)) else _triple(periodic, "periodic", bool)
         if offsets is not None:
-            offs = tuple(tuple(int(v) for v in o) for o in offsets)
-            if len(offs) != 3:
-                raise ValueError(f"offsets needs one sequence per axis (3), got {len(offs)}")
+            if len(offsets) != 3:
+                raise ValueError(f"offsets needs one sequence per axis (3), got {len(offsets)}")
+            offs = _three(tuple(int(v) for v in o) for o in offsets)
             for a, o in enumerate(offs):
                 if len(o) < 2 or o[0] != 0 or o[-1] != dims[a] or any(b <= c for c, b in zip(o, o[1:])):
                     raise ValueError(
@@ -211,7 +221,7 @@ class Domain:
             for a in range(3):
                 if bl[a] > dims[a]:
                     raise ValueError(f"cannot split axis {a} of {dims[a]} samples into {bl[a]} blocks")
-            offs = tuple(tuple(i * dims[a] // bl[a] for i in range(bl[a] + 1)) for a in range(3))
+            offs = _three(tuple(i * dims[a] // bl[a] for i in range(bl[a] + 1)) for a in range(3))
         nb = int(np.prod([len(o) - 1 for o in offs]))
         if owners is None:
             if nranks < 1:
@@ -235,7 +245,7 @@ class Domain:
     @property
     def blocks(self) -> tuple[int, int, int]:
         """Number of blocks per axis ``(px, py, pz)``."""
-        return tuple(len(o) - 1 for o in self.offsets)
+        return _three(len(o) - 1 for o in self.offsets)
 
     @property
     def nblocks(self) -> int:
@@ -244,7 +254,7 @@ class Domain:
     def coords(self, gid: int) -> tuple[int, int, int]:
         """Block-grid coordinates of `gid`."""
         self._check_gid(gid)
-        return tuple(int(c) for c in np.unravel_index(gid, self.blocks))
+        return _three(int(c) for c in np.unravel_index(gid, self.blocks))
 
     def gid(self, coords: Sequence[int]) -> int:
         """Block id at block-grid `coords`."""
@@ -254,9 +264,9 @@ class Domain:
     def _infos(self) -> tuple[BlockInfo, ...]:
         out = []
         for g in range(self.nblocks):
-            c = tuple(int(v) for v in np.unravel_index(g, self.blocks))
-            lo = tuple(self.offsets[a][c[a]] for a in range(3))
-            hi = tuple(self.offsets[a][c[a] + 1] for a in range(3))
+            c = _three(int(v) for v in np.unravel_index(g, self.blocks))
+            lo = _three(self.offsets[a][c[a]] for a in range(3))
+            hi = _three(self.offsets[a][c[a] + 1] for a in range(3))
             out.append(BlockInfo(g, c, lo, hi, self.ghost, self.owners[g]))
         return tuple(out)
 
@@ -309,7 +319,7 @@ class Domain:
     def global_to_local(self, gid: int, index: Sequence[int]) -> tuple[int, int, int]:
         """Index within block `gid`'s padded array of global sample `index`."""
         b = self.block(gid)
-        return tuple(int(index[a]) - b.lo[a] + self.ghost for a in range(3))
+        return _three(int(index[a]) - b.lo[a] + self.ghost for a in range(3))
 
     def local_to_global(self, gid: int, index: Sequence[int]) -> tuple[int, int, int]:
         """Global sample of padded-array `index` in block `gid` (wrapped on periodic axes)."""
@@ -320,13 +330,13 @@ class Domain:
             if self.periodic[a]:
                 i %= self.dims[a]
             out.append(i)
-        return tuple(out)
+        return _three(out)
 
     def coordinates(self, gid: int, *, ghost: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """World coordinates of block `gid`'s samples along each axis (1-D arrays)."""
         b = self.block(gid)
         g = self.ghost if ghost else 0
-        return tuple(
+        return _three(
             self.origin[a] + self.spacing[a] * np.arange(b.lo[a] - g, b.hi[a] + g, dtype=np.float64)
             for a in range(3)
         )
@@ -393,8 +403,8 @@ class Domain:
         return (self.dims, self.offsets, self.ghost, self.periodic, self.owners)
 
 
-def _triple(v, name: str, typ) -> tuple:
+def _triple(v: Iterable[Any], name: str, typ: Callable[[Any], _T]) -> tuple[_T, _T, _T]:
     t = tuple(v)
     if len(t) != 3:
         raise ValueError(f"{name} must have 3 entries (one per axis), got {len(t)}: {t}")
-    return tuple(typ(x) for x in t)
+    return _three(typ(x) for x in t)

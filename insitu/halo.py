@@ -19,9 +19,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import arrays
-from .domain import DIRECTIONS, Domain
+from .domain import DIRECTIONS, Domain, _three
 from .errors import MismatchError
-from ._halo_copy import CupyCopier, Gates, NumpyCopier, work_items
+from ._halo_copy import CupyCopier, Gates, Move, NumpyCopier, work_items
 from .transports import (PeerInfo, TransportContext, allgather_object, alloc_area, check_override, check_pairs,
                          choose_peers,
                          open_transports, override_signature, wait_requests, wait_stream)
@@ -83,7 +83,7 @@ def halo_messages(domain: Domain) -> list[_Msg]:
                     send.append(slice(g, 2 * g))  # the first g interior samples of src
                     recv.append(slice(g + n, 2 * g + n))
                 shape.append(g)
-            out.append(_Msg(src, dst, d, tuple(send), tuple(recv), tuple(shape)))
+            out.append(_Msg(src, dst, d, _three(send), _three(recv), _three(shape)))
     return out
 
 
@@ -122,13 +122,14 @@ class HaloExchange:
         self.domain = domain
         self.graphs = bool(graphs)
         self.fuse = bool(fuse)
-        self._graphs: dict | None = None
+        self._graphs: dict[tuple[int, ...], Any] | None = None
         self._warm = False
-        self._side = None
-        self._fused = None
-        self._replay = None  # (arrays, graph) of the last graph exchange
-        self._done = None  # event the host polls for the end of a graph exchange
-        self._seen = None
+        self._side: Any = None  # cupy.cuda.Stream
+        self._fused: CupyCopier | None = None
+        self._replay: tuple[dict[int, Any], Any] | None = None  # (arrays, graph) of the last graph exchange
+        self._done: Any = None  # cupy.cuda.Event the host polls for the end of a graph exchange
+        # (the arrays given, their (shape, dtype)s, the checked arrays) of the last exchange
+        self._seen: tuple[list[Any], list[tuple[Any, Any]], dict[int, Any]] | None = None
         self.timeout = float(timeout)
         self._user_comm = comm
         if comm is None:
@@ -156,7 +157,7 @@ class HaloExchange:
                 self._sends.setdefault(owner[m.dst], []).append(m)
             elif owner[m.dst] == me and owner[m.src] != me:
                 self._recvs.setdefault(owner[m.src], []).append(m)
-        self._key = None
+        self._key: tuple[str, str] | None = None
         self._transports: list = []
         self._ctx: TransportContext | None = None
         self.peer_transport: dict[int, str] = {}
@@ -189,7 +190,7 @@ class HaloExchange:
             self._setup(key)
         deadline = time.monotonic() + self.timeout
         if self._graphs is not None and first is not None:
-            self._exchange_graph(arrs, deadline)
+            self._exchange_graph(self._graphs, arrs, deadline)
         else:
             self._exchange_eager(arrs, deadline)
 
@@ -239,17 +240,17 @@ class HaloExchange:
             for t in self._transports:
                 t.release()
 
-    def _exchange_graph(self, arrs, deadline: float) -> None:
+    def _exchange_graph(self, graphs: dict[tuple[int, ...], Any], arrs, deadline: float) -> None:
         """Pack, NCCL transfers and unpack replayed as one captured CUDA graph.
 
         Used where every transport is stream-ordered (same-rank copies, NCCL): the
         exchange then costs one graph launch instead of a launch per step. A graph
-        is kept per set of block arrays (the kernels' arguments are baked in).
+        is kept per set of block arrays (the kernels' arguments are baked in), in `graphs`.
         """
         import cupy
 
         key = tuple(arrs[g].data.ptr for g in self.local)
-        graph = self._graphs.get(key)
+        graph = graphs.get(key)
         if graph is None:
             if not self._warm:
                 # The first exchange runs eagerly: compiles kernels, connects NCCL peers.
@@ -266,9 +267,9 @@ class HaloExchange:
                     self._enqueue(arrs, deadline, host_steps=False)
                 finally:
                     graph = stream.end_capture()
-            if len(self._graphs) >= 8:
-                self._graphs.pop(next(iter(self._graphs)))
-            self._graphs[key] = graph
+            if len(graphs) >= 8:
+                graphs.pop(next(iter(graphs)))
+            graphs[key] = graph
         self._replay = (arrs, graph)
         self._launch(graph, deadline)
 
@@ -313,8 +314,8 @@ class HaloExchange:
         try:
             same = [blocks[g] for g in self.local]
         except KeyError:
-            same = None
-        if (same is not None and len(blocks) == len(self.local) and self._seen is not None
+            return self._check(blocks)  # raises, naming the missing blocks
+        if (len(blocks) == len(self.local) and self._seen is not None
                 and all(a is b for a, b in zip(same, self._seen[0]))
                 and all(a.shape == s and a.dtype == d
                         for a, (s, d) in zip(self._seen[2].values(), self._seen[1]))):
@@ -410,7 +411,7 @@ class HaloExchange:
             self._ctx, self.peer_transport, {p: self._views(seg) for p, seg in self._send_seg.items()},
             {p: self._views(seg) for p, seg in self._recv_seg.items()}, self._area, {"p2p": {"item_flags": items}})
         self._key = key
-        if self._fusable(backend):
+        if self._fusable(backend, comm):
             self._fuse(dtype, self._transports[0])
         if backend == "cupy" and self.graphs and all(t.stream_ordered for t in self._transports):
             self._graphs = {}
@@ -458,7 +459,7 @@ class HaloExchange:
         self._moves = (pack, direct, twins, unpack)
         self._fused = None
 
-    def _fusable(self, backend: str) -> bool:
+    def _fusable(self, backend: str, comm) -> bool:
         """Whether this rank runs exchanges as one p2p kernel; all ranks with p2p peers
         must agree (the fused kernel keeps the epoch differently), so they vote."""
         names = {t.name for t in self._transports}
@@ -467,7 +468,7 @@ class HaloExchange:
 
         vote = np.array([1 if mine or "p2p" not in names else 0], np.int32)
         out = np.zeros(1, np.int32)
-        req = self._ctx.comm.Iallreduce(vote, out, op=MPI.MIN)
+        req = comm.Iallreduce(vote, out, op=MPI.MIN)
         wait_requests([req], [None], time.monotonic() + self.timeout, f"halo exchange set-up on rank {self.rank}")
         return bool(mine and out[0])
 
@@ -483,7 +484,8 @@ class HaloExchange:
         # of the matching item of the sender (same messages, same order, same items), so
         # unpacking starts as soon as that item has landed.
         waits = [(gates["free"][p], False) for p in senders] + [(gates["item_inbox"][q], True) for q in receivers]
-        moves, gate = [], []
+        moves: list[Move] = []
+        gate: list[tuple[int, int]] = []
         for n, p in enumerate(senders):
             at = 0
             for m in self._sends[p]:
@@ -508,12 +510,14 @@ def _mirror_pairs(msgs: list[_Msg]) -> tuple[list[_Msg], list[tuple[int, int]]]:
     """`msgs` reordered so that each message sits next to its mirror (the copy in the
     opposite direction between the same two blocks), and the index pairs of those."""
     at = {(m.src, m.dst, m.direction): i for i, m in enumerate(msgs)}
-    out, pairs, used = [], [], set()
+    out: list[_Msg] = []
+    pairs: list[tuple[int, int]] = []
+    used: set[int] = set()
     for i, m in enumerate(msgs):
         if i in used:
             continue
         used.add(i)
-        j = at.get((m.dst, m.src, tuple(-x for x in m.direction)))
+        j = at.get((m.dst, m.src, _three(-x for x in m.direction)))
         if j is not None and j not in used and msgs[j].shape == m.shape:
             used.add(j)
             pairs.append((len(out), len(out) + 1))
@@ -524,7 +528,7 @@ def _mirror_pairs(msgs: list[_Msg]) -> tuple[list[_Msg], list[tuple[int, int]]]:
 
 
 def _starts(slices) -> tuple[int, int, int]:
-    return tuple(x.start for x in slices)
+    return _three(x.start for x in slices)
 
 
 _cache: dict[tuple, HaloExchange] = {}

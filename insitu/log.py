@@ -105,7 +105,7 @@ def _package(top: str) -> logging.Logger:
             if not any(isinstance(h, logging.NullHandler) for h in pkg.handlers):
                 pkg.addHandler(logging.NullHandler())
             if _level is not None:
-                _apply(pkg)
+                _apply(pkg, _level)
         return pkg
 
 
@@ -138,10 +138,10 @@ def _user_handlers() -> bool:
     return any(h is not _handler and not isinstance(h, logging.NullHandler) for lg in loggers for h in lg.handlers)
 
 
-def _apply(pkg: logging.Logger) -> None:
-    """Give a package logger enable()'s level (unless the user set one) and handler."""
+def _apply(pkg: logging.Logger, level: int) -> None:
+    """Give a package logger enable()'s `level` (unless the user set one) and handler."""
     if pkg.level == logging.NOTSET or pkg.name in _levels_set:
-        pkg.setLevel(_level)
+        pkg.setLevel(level)
         _levels_set.add(pkg.name)
     if _handler is not None and _handler not in pkg.handlers:
         pkg.addHandler(_handler)
@@ -187,7 +187,7 @@ def enable(level: int | str = "INFO", *, stream: IO[str] | None = None, fmt: str
             _handler.setFormatter(RankFormatter(fmt))
             _handler.addFilter(_FILTER)  # records of loggers made without get_logger
         for pkg in _packages.values():
-            _apply(pkg)
+            _apply(pkg, lvl)
         return _handler
 
 

@@ -180,8 +180,9 @@ def from_settings(settings: Mapping[str, Any], bounds) -> Camera:
         look = settings.get("look_at") or tuple(b.mean(axis=1))
         return Camera(tuple(settings["position"]), tuple(look), tuple(settings.get("up") or (0.0, 1.0, 0.0)),
                       float(settings.get("fov") or 30.0))
-    kw = {"azimuth": float(settings.get("azimuth") or 0.0), "elevation": float(settings.get("elevation") or 0.0),
-          "zoom": float(settings.get("zoom") or 1.0), "fov": float(settings.get("fov") or 30.0)}
+    kw: dict[str, Any] = {
+        "azimuth": float(settings.get("azimuth") or 0.0), "elevation": float(settings.get("elevation") or 0.0),
+        "zoom": float(settings.get("zoom") or 1.0), "fov": float(settings.get("fov") or 30.0)}
     if settings.get("up") is not None:
         kw["up"] = tuple(settings["up"])
     return Camera.fit(tuple(b.ravel()), **kw)

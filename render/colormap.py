@@ -9,6 +9,7 @@ CC0) and coolwarm (Moreland's diverging map) were sampled from matplotlib 3.11.2
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import numpy as np
 
@@ -134,6 +135,7 @@ NAMES: tuple[str, ...] = tuple(_HEX) + ("grayscale",)
 
 @functools.cache
 def _table(name: str) -> np.ndarray:
+    rgb: np.ndarray
     if name == "grayscale":
         rgb = np.repeat(np.linspace(0.0, 1.0, 256, dtype=np.float32)[:, None], 3, axis=1)
     else:
@@ -156,7 +158,7 @@ def table(name: str) -> np.ndarray:
     return _table(name)
 
 
-_on_device: dict[int, object] = {}
+_on_device: dict[tuple[str, int], Any] = {}
 
 
 def _device_table(name: str, device: int):
@@ -191,8 +193,9 @@ def colormap(name: str, values, vmin: float, vmax: float):
     if not (np.isfinite(vmin) and np.isfinite(vmax)) or vmax < vmin:
         raise ValueError(f"colormap vmin, vmax: expected finite vmin <= vmax, got {vmin}, {vmax}")
     xp = arrays.get_array_module(v)
-    if xp is not np:
-        tab = _device_table(name, arrays.device_id(v))
+    dev = arrays.device_id(v)
+    if dev is not None:
+        tab = _device_table(name, dev)
     n = tab.shape[0]
     scale = (n - 1) / (vmax - vmin) if vmax > vmin else 0.0
     ok = xp.isfinite(v)

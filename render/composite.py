@@ -342,7 +342,7 @@ def _agree(comm, rgba, depth, mode, method, order, root, transport, nccl, cached
     """
     size = comm.size
     try:
-        order_l = None if order is None else [int(r) for r in order]
+        order_l: list[int] | str | None = None if order is None else [int(r) for r in order]
     except (TypeError, ValueError):
         order_l = repr(order)  # reported as a problem; whatever it is may not pickle
     on_device = arrays.is_device_array(rgba)
@@ -562,7 +562,8 @@ def _config_key(comm, rgba, depth, order, root, method, mode, transport, given, 
     """What a kept configuration must match; arguments the agreement will refuse give
     some key too (a repr), so that they reach the agreement."""
     try:
-        order_k = None if order is None or mode == "depth" else tuple(int(r) for r in order)
+        order_k: tuple[int, ...] | str | None = None if order is None or mode == "depth" else tuple(
+            int(r) for r in order)
     except (TypeError, ValueError):
         order_k = repr(order)
     transport_k = transport if transport is None or isinstance(transport, str) else repr(transport)

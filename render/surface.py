@@ -14,14 +14,17 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import math
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from insitu import arrays
 
 from .camera import Camera
-from .gl import Framebuffer, get_context
+from .gl import Framebuffer, GLContext, get_context
+
+if TYPE_CHECKING:  # the module imports the CUDA bindings: only where interop is used
+    from .interop import GLBuffer, GLTexture
 
 __all__ = ["RASTERIZERS", "Material", "SurfaceRenderer", "render_mesh"]
 
@@ -198,13 +201,14 @@ class SurfaceRenderer:
             raise ValueError(f"image size: expected positive integers, got {width}x{height}")
         self.rasterizer = rasterizer
         self.width, self.height = int(width), int(height)
-        self._soft_mesh = None  # device arrays handed out by mesh_buffers on the software path
-        self.ctx = None  # OpenGL, set up when first needed: device meshes under "auto" never need it
-        self._cmap_name = None
+        # (verts, faces, normals, values or None): device arrays handed out by mesh_buffers on the software path
+        self._soft_mesh: tuple[Any, Any, Any, Any] | None = None
+        self.ctx: GLContext | None = None  # set up when first needed: device meshes under "auto" never need it
+        self._cmap_name: str | None = None
         self._sizes = [0, 0, 0, 0]
-        self._registered = [None, None, None, None]  # CUDA registrations of the buffers
-        self._textures = None
-        self._interop = None
+        self._registered: list[GLBuffer | None] = [None, None, None, None]  # CUDA registrations of the buffers
+        self._textures: tuple[GLTexture, GLTexture] | None = None
+        self._interop: bool | None = None
         if rasterizer == "gl":
             self._gl()  # the context and the size check now, not at the first frame
 
@@ -224,8 +228,9 @@ class SurfaceRenderer:
         return GL
 
     def _upload(self, GL, slot: int, target, data: np.ndarray) -> None:
-        if self._registered[slot] is not None:  # host data into a buffer CUDA shares: drop the share
-            self._registered[slot].close()
+        reg = self._registered[slot]
+        if reg is not None:  # host data into a buffer CUDA shares: drop the share
+            reg.close()
             self._registered[slot] = None
             self._sizes[slot] = 0
         GL.glBindBuffer(target, self.buffers[slot])
@@ -261,9 +266,10 @@ class SurfaceRenderer:
             vmin = arrays.scalar_to_host(s.min())
         if vmax is None and s is not None and len(s):
             vmax = arrays.scalar_to_host(s.max())
-        kw = dict(values=s is not None, camera=camera, bounds=bounds if bounds is not None else _bounds(v),
-                  colormap=colormap, vmin=vmin, vmax=vmax, color=color, material=material, light=light,
-                  background=background)
+        kw: dict[str, Any] = dict(
+            values=s is not None, camera=camera, bounds=bounds if bounds is not None else _bounds(v),
+            colormap=colormap, vmin=vmin, vmax=vmax, color=color, material=material, light=light,
+            background=background)
         if self._software(arrays.is_device_array(v)):
             return self._raster((v, f, n, s), len(f), **kw)
         GL = self._gl()
@@ -315,20 +321,22 @@ class SurfaceRenderer:
             self._interop = interop_available(self.ctx)
         return self._interop
 
-    def _capacity(self, GL, slot: int, target, nbytes: int) -> None:
+    def _capacity(self, GL, slot: int, target, nbytes: int) -> GLBuffer:
         """Grow buffer `slot` to hold `nbytes` (by half again, so a growing mesh reallocates
-        seldom) and keep it registered with CUDA."""
+        seldom) and keep it registered with CUDA; returns its registration."""
         from .interop import GLBuffer
 
-        if nbytes <= self._sizes[slot] and self._registered[slot] is not None:
-            return
+        reg = self._registered[slot]
+        if nbytes <= self._sizes[slot] and reg is not None:
+            return reg
         size = max(nbytes, int(self._sizes[slot] * 1.5), 1024)
-        if self._registered[slot] is not None:
-            self._registered[slot].close()
+        if reg is not None:
+            reg.close()
         GL.glBindBuffer(target, self.buffers[slot])
         GL.glBufferData(target, size, None, GL.GL_DYNAMIC_DRAW)
         self._sizes[slot] = size
-        self._registered[slot] = GLBuffer(self.buffers[slot])
+        reg = self._registered[slot] = GLBuffer(self.buffers[slot])
+        return reg
 
     @contextlib.contextmanager
     def mesh_buffers(self, nverts: int, nfaces: int, values: bool = False):
@@ -344,30 +352,30 @@ class SurfaceRenderer:
             yield self._soft_buffers(nverts, nfaces, values)
             return
         GL = self._gl()
+        assert self.ctx is not None  # made by _gl()
         if not self.interop:
             raise RuntimeError(f"mesh_buffers: no CUDA-GL interop with this context ({self.ctx.renderer})")
         specs = [(0, GL.GL_ARRAY_BUFFER, (nverts, 3), np.float32), (1, GL.GL_ARRAY_BUFFER, (nverts, 3), np.float32),
                  (2, GL.GL_ARRAY_BUFFER, (nverts,), np.float32), (3, GL.GL_ELEMENT_ARRAY_BUFFER, (nfaces, 3), np.int32)]
         if not values:
             specs.pop(2)
-        for slot, target, shape, dt in specs:
-            self._capacity(GL, slot, target, int(np.prod(shape)) * 4)
+        bufs = {slot: self._capacity(GL, slot, target, int(np.prod(shape)) * 4) for slot, target, shape, _ in specs}
         with contextlib.ExitStack() as stack:
-            views = {slot: stack.enter_context(self._registered[slot].map(shape, dt)) for slot, _, shape, dt in specs}
+            views = {slot: stack.enter_context(bufs[slot].map(shape, dt)) for slot, _, shape, dt in specs}
             yield views[0], views[3], views[1], views.get(2)
 
     def _soft_buffers(self, nverts: int, nfaces: int, values: bool):
         cp = arrays.cupy_or_none()
         if cp is None:
             raise RuntimeError("mesh_buffers: needs CuPy (device meshes)")
-        old = self._soft_mesh
-        if old is None or len(old[0]) < nverts or len(old[1]) < nfaces or (values and old[3] is None):
+        mesh = self._soft_mesh
+        if mesh is None or len(mesh[0]) < nverts or len(mesh[1]) < nfaces or (values and mesh[3] is None):
             grow = lambda n, have: max(n, int(have * 1.5))  # noqa: E731 - by half again, as the GL buffers
-            nv = grow(nverts, 0 if old is None else len(old[0]))
-            nf = grow(nfaces, 0 if old is None else len(old[1]))
-            self._soft_mesh = (cp.empty((nv, 3), cp.float32), cp.empty((nf, 3), cp.int32),
+            nv = grow(nverts, 0 if mesh is None else len(mesh[0]))
+            nf = grow(nfaces, 0 if mesh is None else len(mesh[1]))
+            mesh = self._soft_mesh = (cp.empty((nv, 3), cp.float32), cp.empty((nf, 3), cp.int32),
                                cp.empty((nv, 3), cp.float32), cp.empty(nv, cp.float32) if values else None)
-        v, f, n, s = self._soft_mesh
+        v, f, n, s = mesh
         return v[:nverts], f[:nfaces], n[:nverts], (s[:nverts] if values else None)
 
     def draw(self, nfaces: int, *, values: bool = False, camera: Camera | None = None, bounds=None,
@@ -378,8 +386,8 @@ class SurfaceRenderer:
         """Draw the first `nfaces` triangles already in the buffers; returns ``(rgba, depth)``
         (CuPy arrays, read through interop, when `device`). On the software path the
         mesh is the one :meth:`mesh_buffers` handed out last."""
-        kw = dict(values=values, camera=camera, bounds=bounds, colormap=colormap, vmin=vmin, vmax=vmax, color=color,
-                  material=material, light=light, background=background)
+        kw: dict[str, Any] = dict(values=values, camera=camera, bounds=bounds, colormap=colormap, vmin=vmin,
+                                  vmax=vmax, color=color, material=material, light=light, background=background)
         if self.rasterizer != "gl" and (device or self.rasterizer == "software"):
             if self._soft_mesh is None:
                 raise RuntimeError("draw: no mesh yet (fill the arrays of mesh_buffers first)")

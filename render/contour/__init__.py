@@ -58,7 +58,7 @@ def _all_finite():
     return cupy.ReductionKernel("T x", "bool y", "isfinite(x)", "a && b", "y = a", "true", "insitu_all_finite")
 
 
-_tables_on = {}
+_tables_on: dict[int | None, tuple] = {}  # device (None: host) -> kernel tables
 
 
 def _device_tables(device):
@@ -162,7 +162,7 @@ def _weld(parts, want_values: bool, xp=np):
     inverse = inverse.ravel().astype(xp.int32)
     offs = np.cumsum([0] + [len(x[4]) for x in parts[:-1]])
     faces = xp.concatenate([inverse[x[1] + int(o)] for x, o in zip(parts, offs)])
-    out = (xp.concatenate([x[0] for x in parts])[first], faces, xp.concatenate([x[2] for x in parts])[first])
+    out: tuple = (xp.concatenate([x[0] for x in parts])[first], faces, xp.concatenate([x[2] for x in parts])[first])
     if want_values:
         out += (xp.concatenate([x[3] for x in parts])[first],)
     return out
@@ -221,7 +221,8 @@ def marching_cubes(volume, level: float | Sequence[float] | None = None, *,
     vol = _check_volume(volume)
     vals = None if values is None or region is not None else _check_values(values, vol.shape, "values")
     levels = _levels(level, vol)
-    lo, hi, ext = (0, 0, 0), [n - 1 for n in vol.shape], None
+    lo: Sequence[int] = (0, 0, 0)
+    hi, ext = [n - 1 for n in vol.shape], None
     if region is not None:
         try:
             lo, hi = [int(v) for v in region[0]], [int(v) for v in region[1]]

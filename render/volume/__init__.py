@@ -126,9 +126,9 @@ def _params(vol_shape, camera, width, height, tf, spacing, origin, step, ext, bo
 
 def _render(vol, tf: TransferFunction, params: dict, width: int, height: int):
     """Run the kernel of vol's backend; (rgba, depth) on that backend."""
-    if arrays.is_device_array(vol):
+    dev = arrays.device_id(vol)
+    if dev is not None:
         cp = arrays.get_array_module(vol)
-        dev = arrays.device_id(vol)
         with cp.cuda.Device(dev):
             rgba = cp.empty((height, width, 4), cp.float32)
             depth = cp.empty((height, width), cp.float32)

@@ -204,9 +204,14 @@ class EikonalSolver:
         self.spacing = domain.spacing
         self._coll = collectives if collectives is not None else _CommCollectives(comm)
         self.iteration = 0
-        self._T, self._out, self._w, self._frozen = {}, {}, {}, {}
-        self._views, self._clip = {}, math.inf
-        self._tiles = {}  # gid -> ActiveTiles of the block's backend (skip_idle)
+        # gid -> block array: arrival times, the sweep's output, weights, frozen mask
+        self._T: dict[int, Any] = {}
+        self._out: dict[int, Any] = {}
+        self._w: dict[int, Any] = {}
+        self._frozen: dict[int, Any] = {}
+        self._views: dict[int, Any] = {}
+        self._clip = math.inf
+        self._tiles: dict[int, Any] = {}  # gid -> ActiveTiles of the block's backend (skip_idle)
         error = None
         try:
             self._set_up(speed, seeds, skip_idle)
@@ -512,18 +517,20 @@ def _seed_indices(seeds, dims) -> list[tuple[int, int, int]]:
     if isinstance(seeds, np.ndarray) and seeds.dtype == np.bool_:
         if seeds.shape != tuple(dims):
             raise ValueError(f"seeds: mask has shape {seeds.shape}, the grid is {tuple(dims)}")
-        idx = [tuple(int(v) for v in p) for p in np.argwhere(seeds)]
+        idx = [(int(i), int(j), int(k)) for i, j, k in np.argwhere(seeds)]
     else:
         try:
-            idx = [tuple(int(v) for v in p) for p in seeds]
+            given = [tuple(int(v) for v in p) for p in seeds]
         except TypeError:
             raise TypeError("seeds: expected a boolean mask or a sequence of (i, j, k), "
                             f"got {type(seeds).__name__}") from None
-        for p in idx:
+        idx = []
+        for p in given:
             if len(p) != 3:
                 raise ValueError(f"seeds: index {p} does not have 3 entries")
             if not all(0 <= i < n for i, n in zip(p, dims)):
                 raise ValueError(f"seeds: index {p} is outside the grid {tuple(dims)}")
+            idx.append((p[0], p[1], p[2]))
     if not idx:
         raise ValueError("seeds: none given; at least one node must have T = 0")
     return idx
@@ -535,5 +542,6 @@ def seeds_from_fractions(points: Sequence[Sequence[float]], dims) -> list[tuple[
     for p in points:
         if len(p) != 3 or not all(0.0 <= v <= 1.0 for v in p):
             raise ValueError(f"seed {tuple(p)}: expected three fractions in [0, 1]")
-        out.append(tuple(int(round(v * (n - 1))) for v, n in zip(p, dims)))
+        i, j, k = (int(round(v * (n - 1))) for v, n in zip(p, dims))
+        out.append((i, j, k))
     return out
