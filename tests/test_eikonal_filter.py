@@ -11,24 +11,10 @@ from adaptors.pipelines import run_pipeline
 from insitu import Domain
 from solvers.eikonal import EikonalSolver
 
+from blocks import block_domains
+
 DIMS, H = (21, 17, 13), 0.1
 SEED = (0.3, 0.4, 0.5)  # world point: node (3, 4, 5)
-
-
-def block_domains(dom, fields):
-    """Adaptor domains of `dom`'s blocks (real cells up to the next block's first node,
-    one ghost node beyond) and the global slices of their real nodes."""
-    out, real = [], []
-    for g in range(dom.nblocks):
-        b = dom.block(g)
-        lo = [max(a - 1, 0) for a in b.lo]
-        hi = [min(a + 1, n) for a, n in zip(b.hi, dom.dims)]
-        sl = tuple(slice(a, c) for a, c in zip(lo, hi))
-        ghost = tuple((a - l, c - (a2 + 1 if a2 < n else a2)) for a, l, c, a2, n in zip(b.lo, lo, hi, b.hi, dom.dims))
-        out.append(adaptors.uniform({k: v[sl] for k, v in fields.items()}, origin=[l * H for l in lo],
-                                    spacing=(H,) * 3, ghost=ghost, domain_id=g))
-        real.append(tuple(slice(a, min(c + 1, n)) for a, c, n in zip(b.lo, b.hi, dom.dims)))
-    return out, real
 
 
 def eikonal(domains, ctx, **params):

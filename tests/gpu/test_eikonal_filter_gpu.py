@@ -11,26 +11,12 @@ from adaptors.pipelines import run_pipeline
 from insitu import Domain
 from solvers.eikonal import EikonalSolver
 
+from blocks import block_domains
+
 cp = pytest.importorskip("cupy", reason="needs CuPy")
 
 DIMS, H = (41, 37, 29), 0.05
 SEED = (0.3, 0.4, 0.5)  # world point: node (6, 8, 10)
-
-
-def block_domains(dom, speed, xp):
-    """Adaptor domains of `dom`'s blocks (one ghost node beyond the real cells, fields
-    of `xp`) and the global slices of their real nodes."""
-    out, real = [], []
-    for g in range(dom.nblocks):
-        b = dom.block(g)
-        lo = [max(a - 1, 0) for a in b.lo]
-        hi = [min(a + 1, n) for a, n in zip(b.hi, dom.dims)]
-        sl = tuple(slice(a, c) for a, c in zip(lo, hi))
-        ghost = tuple((a - l, c - (a2 + 1 if a2 < n else a2)) for a, l, c, a2, n in zip(b.lo, lo, hi, b.hi, dom.dims))
-        out.append(adaptors.uniform({"s": xp.asarray(speed[sl])}, origin=[l * H for l in lo], spacing=(H,) * 3,
-                                    ghost=ghost, domain_id=g))
-        real.append(tuple(slice(a, min(c + 1, n)) for a, c, n in zip(b.lo, b.hi, dom.dims)))
-    return parse(out), real
 
 
 def eikonal(domains, speed):
@@ -44,7 +30,8 @@ def eikonal(domains, speed):
 def test_filter_on_device_fields_equals_eikonal_solver_without_host_copies(speed):
     dom = Domain.create(DIMS, blocks=(2, 2, 1), spacing=(H,) * 3)
     s = 1 + np.random.default_rng(4).random(DIMS)
-    domains, real = block_domains(dom, s, cp)
+    blueprints, real = block_domains(dom, {"s": s}, cp)
+    domains = parse(blueprints)
     with insitu.count_transfers() as c:
         ours = eikonal(domains, speed)
     # No field data crosses: the only uploads are the halo exchange's set-up tables (its
@@ -58,8 +45,8 @@ def test_filter_on_device_fields_equals_eikonal_solver_without_host_copies(speed
     with EikonalSolver(dom, s if speed == "s" else np.full(DIMS, 2.5), [(6, 8, 10)], xp=cp) as solver:
         solver.solve()
         ref = solver.gather()
-    host, _ = block_domains(dom, s, np)
-    cpu = eikonal(host, speed)
+    host, _ = block_domains(dom, {"s": s}, np)
+    cpu = eikonal(parse(host), speed)
     for T, T_cpu, sl in zip(ours, cpu, real):
         np.testing.assert_array_equal(insitu.to_host(T), ref[sl])  # the same kernels, the same blocks
         np.testing.assert_allclose(insitu.to_host(T), T_cpu, rtol=1e-5, atol=0)
