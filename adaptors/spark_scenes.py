@@ -8,12 +8,14 @@ Each render of a step goes like this:
 2. Every rank hands the fields its domains' plots need to its node's worker daemon in
    one command package (CUDA IPC on GPUs, shared memory on the CPU: no host copy of a
    device field), where they are stacked into one cached block per domain.
-3. Rank 0, the Spark driver, adopts those blocks (:meth:`SparkEngine.adopt`) and runs
-   one Spark job: each task runs, on the daemon that holds its blocks, the package step
-   the embedded engine's worker runs (:func:`adaptors.draw.draw_block`: marching cubes
-   and rasterization for pseudocolor plots, ray casting for volume plots) and returns
-   one image per block; then each rank frees the blocks it handed over (the job has no
-   side effects: Spark may retry it).
+3. Rank 0, the Spark driver, sends the blocks' records to its serving job
+   (:class:`insitu.engine.serving.StepServer`: one long-lived barrier stage started at
+   the first draw, so no step waits on a new Spark job); each of its tasks runs, on the
+   daemon that holds its blocks, the package step the embedded engine's worker runs
+   (:func:`adaptors.draw.draw_block`: marching cubes and rasterization for pseudocolor
+   plots, ray casting for volume plots) and answers with one image per block; then each
+   rank frees the blocks it handed over (a step has no side effects on the daemons, so a
+   task Spark restarts may draw it again).
 4. The driver composites the block images: surfaces by depth, volumes by "over" in
    visibility order, the volume over the surfaces; the base class adds the background.
 
@@ -104,18 +106,21 @@ class SparkSceneRenderer(SceneRenderer):
         self.params = dict(params)
         self.daemon_dir = daemon_dir
         self._workers: dict = {}
+        self._serving = None
 
     def close(self) -> None:
         """Close the renderers and this rank's daemon connections, each on its own, then
         wait for every rank (so that no rank still talks to a daemon when the adaptor
         stops Spark); raises the first failure after all of them were tried."""
         errors = []
-        for close in (super().close, *(w.close for w in self._workers.values())):
+        serving = () if self._serving is None else (self._serving.close,)
+        for close in (*serving, super().close, *(w.close for w in self._workers.values())):
             try:
                 close()
             except Exception as e:  # raised below, after the rest is closed
                 errors.append(e)
         self._workers.clear()
+        self._serving = None
         try:
             self.ctx.barrier(what="engine: spark (closing)")  # no rank still talks to a daemon the driver stops
         except Exception as e:  # raised below; the adaptor stops Spark all the same
@@ -215,17 +220,25 @@ class SparkSceneRenderer(SceneRenderer):
         except Exception:  # the step's own error is the one reported
             pass
 
+    def _server(self):
+        """The driver's long-lived serving job (started at the first draw): each step's
+        blocks are drawn by its tasks, without a Spark job per step."""
+        if self._serving is None:
+            from insitu.engine.serving import StepServer
+
+            n = self.params.get("npartitions") or self.engine.default_parallelism
+            self._serving = StepServer(self.engine, min(n, self.engine.default_parallelism))
+        return self._serving
+
     def _spark_draw(self, records: list, specs: dict, cam, w: int, h: int, bounds, where: str):
         if not records:
             return np.zeros((h, w, 4), np.float32), None
-        n = self.params.get("npartitions") or min(len(records), self.engine.default_parallelism)
-        blocks = self.engine.adopt(records, min(n, len(records)))
         view = View(cam, w, h, tuple(map(float, bounds)))
         try:
             # The tasks run the embedded engine's package step (draw_block, with the
             # draw_domain this process names), packing each image into one array to move.
-            packed = blocks.exec_gpu(draw_block, None, specs, view, _draw.draw_domain, None, None, True,
-                                     with_key=True).recv_gpu()
+            packed = self._server().run(records, draw_block, None, specs, view, _draw.draw_domain, None, None, True,
+                                        with_key=True)
         except Exception as e:
             raise RuntimeError(f"{where}: the Spark job drawing {len(records)} blocks failed: "
                                f"{_python_error(e)}") from e

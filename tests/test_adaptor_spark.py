@@ -111,23 +111,24 @@ def test_both_engines_draw_each_domain_through_draw_domain(spark_adaptor, tmp_pa
 
 
 def test_the_spark_tasks_run_the_embedded_workers_package_step(spark_adaptor, tmp_path, monkeypatch):
-    from insitu.engine.spark import SparkBlocks, SparkEngine
+    from insitu.engine.serving import StepServer
+    from insitu.engine.spark import SparkEngine
     from insitu.pool import Worker
 
     a, out = spark_adaptor
     assert isinstance(a.engine, SparkEngine) and a._scenes.engine is a.engine  # the adaptor holds the driver
     steps, packages = [], []
-    exec_gpu, run = SparkBlocks.exec_gpu, Worker.run
+    serve, run = StepServer.run, Worker.run
 
-    def spark_step(self, *args, **kwargs):
+    def spark_step(self, records, *args, **kwargs):
         steps.append((args, kwargs))
-        return exec_gpu(self, *args, **kwargs)
+        return serve(self, records, *args, **kwargs)
 
     def embedded_package(self, pkg):
         packages.append(pkg)
         return run(self, pkg)
 
-    monkeypatch.setattr(SparkBlocks, "exec_gpu", spark_step)
+    monkeypatch.setattr(StepServer, "run", spark_step)
     monkeypatch.setattr(Worker, "run", embedded_package)
     with adaptors.Adaptor(config(str(tmp_path / "embedded_%d"), "embedded")) as e:
         assert e.execute(5, 0.5, two_domains()), e.results()["errors"]

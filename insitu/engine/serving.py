@@ -1,0 +1,304 @@
+"""A long-lived Spark job that serves many steps: :class:`StepServer`.
+
+A Spark job costs tens of milliseconds to schedule, and its tasks' Python workers,
+daemon connections and the closures they unpickle are set up again for each. A
+simulation that draws a frame every step would pay that every step. The server runs one
+barrier stage instead, one task per partition, that lives until it is closed: each task
+listens on a Unix socket in the engine's daemon directory, and the driver sends it one
+request per step (the block records of the step and the operations to run on them); the
+task runs them as one command package on the daemon holding the blocks, exactly as an
+action's task would (:func:`insitu.engine._spark_tasks._action_task`), and answers with
+the results. Spark still places the tasks and restarts them: a task that dies (its
+executor killed) fails the barrier stage, Spark runs the stage again, and the driver
+sends the step's request once more to the new task (a request has no side effects: it
+reads cached blocks and returns values).
+
+The tasks must run on the driver's node (``local[N]``, ``local-cluster``): the sockets
+are files of the node's daemon directory, as the rounds of
+:meth:`~insitu.engine.spark.SparkEngine.halo_iterate` are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Any, Sequence
+
+from insitu.errors import InsituError, PeerTimeoutError
+from insitu.pool import handoff
+
+from ._spark_tasks import BlockRecord, _action_task, _Ctx
+
+__all__ = ["ServerError", "StepServer"]
+
+log = logging.getLogger(__name__)
+
+_STOP = "stop"
+
+
+class ServerError(InsituError):
+    """The serving job failed, or one of its steps did (the task's error is the cause)."""
+
+
+# --------------------------------------------------------------------------- in the tasks
+
+
+def _serve_task(index: int, it, *, ctx: _Ctx, directory: str, token: str) -> list:
+    """One partition of the serving job: answer the driver's requests until told to stop."""
+    list(it)
+    path = os.path.join(directory, f"{token}-{index}.sock")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # an earlier attempt of this stage left it
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        srv.bind(path + ".tmp")
+        os.chmod(path + ".tmp", 0o600)
+        srv.listen(4)
+        os.replace(path + ".tmp", path)  # the driver connects only to a socket that listens
+        # Checked once a second: the driver's stop file ends a task the driver could not reach,
+        # and a task whose Python worker lost its parent (the executor died) ends too.
+        srv.settimeout(1.0)
+        stop_file, parent = os.path.join(directory, f"{token}.stop"), os.getppid()
+        while not os.path.exists(stop_file) and os.getppid() == parent:
+            try:
+                conn, _ = srv.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(None)
+                if not _serve_connection(conn, index, ctx):
+                    break
+    finally:
+        srv.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    return []
+
+
+def _serve_connection(conn: socket.socket, index: int, ctx: _Ctx) -> bool:
+    """Answer requests on `conn` until the driver closes it (True) or says stop (False)."""
+    while True:
+        try:
+            request = handoff.loads(handoff.recv_frames(conn))
+        except (ConnectionError, EOFError, OSError):
+            return True
+        if request == _STOP:
+            return False
+        groups, steps = request
+        try:
+            out = [r for srcs in groups for r in _action_task(index, iter(srcs), ctx=ctx, steps=steps, final="recv",
+                                                              drop_sources=False)]
+            reply = ("ok", out)
+        except Exception as e:  # the driver raises it; the task goes on serving
+            reply = ("error", _portable(e))
+        handoff.send_frames(conn, handoff.dumps(reply))
+
+
+def _portable(e: BaseException) -> BaseException:
+    """`e` if it pickles (and loads on the driver), else a :class:`ServerError` with its text."""
+    try:
+        handoff.loads(handoff.dumps(e))
+        return e
+    except Exception:  # an exception type the driver may not have
+        return ServerError(f"{type(e).__module__}.{type(e).__qualname__}: {e}")
+
+
+# --------------------------------------------------------------------------- on the driver
+
+
+class StepServer:
+    """One long-lived Spark job whose tasks run each step's operations on cached blocks.
+
+    ``server.run(records, kernel, None, *args, with_key=True)`` returns what
+    ``engine.adopt(records).exec_gpu(kernel, None, *args, with_key=True).recv_gpu()``
+    returns, without a Spark job per call.
+
+    Parameters
+    ----------
+    engine : insitu.engine.spark.SparkEngine
+        Its SparkContext runs the job; its daemon directory holds the tasks' sockets.
+    npartitions : int, optional
+        Tasks of the job (default and at most: Spark's default parallelism; a barrier
+        stage runs all its tasks at once).
+    timeout : float, optional
+        Seconds to wait for a task's socket and for each step's answers (default: the
+        engine's timeout).
+    """
+
+    def __init__(self, engine, npartitions: int | None = None, *, timeout: float | None = None) -> None:
+        slots = engine.sc.defaultParallelism
+        n = slots if npartitions is None else npartitions
+        if not isinstance(n, int) or not 1 <= n <= slots:
+            raise ValueError(f"StepServer: npartitions must be an int in [1, {slots}] (Spark's task slots: a barrier "
+                             f"stage runs all its tasks at once), got {npartitions!r}")
+        self.engine, self.npartitions = engine, n
+        self.timeout = float(engine._ctx.timeout if timeout is None else timeout)
+        self.directory = os.path.join(engine.daemon_dir, "serve")
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        self.restarts = 0
+        self._conns: dict[int, socket.socket] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._start()
+
+    def __repr__(self) -> str:
+        return f"<StepServer {self.npartitions} tasks, job {self._token}, restarts {self.restarts}>"
+
+    def _start(self) -> None:
+        self._token = uuid.uuid4().hex[:10]
+        self._error: BaseException | None = None
+        sc = self.engine.sc
+        rdd = sc.parallelize(range(self.npartitions), self.npartitions).barrier().mapPartitionsWithIndex(
+            functools.partial(_serve_task, ctx=self.engine._ctx, directory=self.directory, token=self._token))
+        token = self._token
+
+        def job() -> None:
+            sc.setJobGroup(f"insitu-serve-{token}", "insitu: StepServer", interruptOnCancel=True)
+            try:
+                rdd.collect()
+            except BaseException as e:  # read by the driver's next wait
+                self._error = e
+
+        self._thread = threading.Thread(target=job, name=f"insitu-serve-{token}", daemon=True)
+        self._thread.start()
+
+    def _socket(self, index: int) -> str:
+        return os.path.join(self.directory, f"{self._token}-{index}.sock")
+
+    def _connect(self, index: int, deadline: float) -> socket.socket:
+        """A connection to task `index`, waiting for it to listen (its job may be starting)."""
+        conn = self._conns.get(index)
+        if conn is not None:
+            return conn
+        path = self._socket(index)
+        while True:
+            if os.path.exists(path):
+                try:
+                    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    s.settimeout(self.timeout)
+                    s.connect(path)
+                    self._conns[index] = s
+                    return s
+                except (FileNotFoundError, ConnectionRefusedError):  # a task of a failed attempt: wait for the next
+                    s.close()
+            if not self._thread.is_alive():
+                raise ServerError(f"StepServer: the serving job ended ({_describe(self._error)})") from self._error
+            if time.monotonic() > deadline:
+                raise PeerTimeoutError(f"StepServer: task {index} of the serving job did not listen within "
+                                       f"{self.timeout:g} s (are {self.npartitions} task slots free?)")
+            time.sleep(0.001)
+
+    def _drop(self, index: int) -> None:
+        conn = self._conns.pop(index, None)
+        if conn is not None:
+            conn.close()
+
+    def run(self, records: Sequence[BlockRecord], kernel: Any, function_name: str | None = None, *args: Any,
+            **launch: Any) -> dict:
+        """``kernel(block, [key,] *args, **launch)`` on each record's block, on the daemon
+        holding it; returns ``{key: result}`` (host arrays).
+
+        Raises
+        ------
+        ServerError
+            The serving job failed twice in this call (the error names Spark's or the
+            task's reason), or the server is closed.
+        Exception
+            What `kernel` raised, as the task saw it.
+        """
+        if self._closed:
+            raise ServerError("StepServer: closed")
+        steps = (("exec", (kernel, function_name, tuple(args)), dict(launch)),)
+        groups: dict[int, list] = {}
+        for i, sock in enumerate(sorted({r.socket for r in records})):  # each daemon's blocks to one task
+            groups.setdefault(i % self.npartitions, []).append(
+                [(r.key, "handle", r) for r in records if r.socket == sock])
+        with self._lock:
+            for attempt in (0, 1):
+                try:
+                    return self._step(groups, steps)
+                except (ConnectionError, EOFError, OSError, ServerError) as e:
+                    if attempt or self._closed:
+                        raise ServerError(f"StepServer: a step failed after a restart of the serving job: "
+                                          f"{_describe(e)}") from e
+                    log.warning("StepServer: the serving job lost a task (%s); restarting it", _describe(e))
+                    self._restart()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _step(self, groups: dict, steps: tuple) -> dict:
+        deadline = time.monotonic() + self.timeout
+        for index, g in groups.items():
+            frames = handoff.dumps((g, steps))
+            try:
+                handoff.send_frames(self._connect(index, deadline), frames)
+            except OSError:
+                self._drop(index)
+                raise
+        out, error = {}, None
+        for index in groups:
+            try:
+                status, value = handoff.loads(handoff.recv_frames(self._conns[index]))
+            except (OSError, EOFError):
+                self._drop(index)
+                raise
+            if status == "ok":
+                out.update(value)
+            elif error is None:
+                error = value
+        if error is not None:
+            raise error
+        return out
+
+    def _restart(self) -> None:
+        for index in list(self._conns):
+            self._drop(index)
+        if self._thread.is_alive():  # a task died but Spark keeps the stage: start anew
+            self._cancel()
+        self.restarts += 1
+        self._start()
+
+    def _cancel(self) -> None:
+        with contextlib.suppress(OSError):
+            open(os.path.join(self.directory, f"{self._token}.stop"), "w").close()
+        with contextlib.suppress(Exception):
+            self.engine.sc.cancelJobGroup(f"insitu-serve-{self._token}")
+        self._thread.join(self.timeout)
+
+    def close(self) -> None:
+        """Stop the serving job's tasks and wait for the job to end."""
+        if self._closed:
+            return
+        self._closed = True
+        for index, conn in list(self._conns.items()):
+            with contextlib.suppress(OSError):
+                handoff.send_frames(conn, handoff.dumps(_STOP))
+            self._drop(index)
+        with contextlib.suppress(OSError):
+            open(os.path.join(self.directory, f"{self._token}.stop"), "w").close()
+        self._thread.join(self.timeout)
+        if self._thread.is_alive():
+            with contextlib.suppress(Exception):
+                self.engine.sc.cancelJobGroup(f"insitu-serve-{self._token}")
+            self._thread.join(self.timeout)
+
+    def __enter__(self) -> "StepServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _describe(e: BaseException | None) -> str:
+    if e is None:
+        return "no error"
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if ("Error:" in ln or "Exception:" in ln) and not ln.startswith(("at ", "org.apache", "py4j")):
+            return ln
+    return f"{type(e).__name__}: {lines[0] if lines else ''}"
