@@ -36,7 +36,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if os.path.dirname(HERE) not in sys.path:
     sys.path.insert(0, os.path.dirname(HERE))
 
-from insitu import Domain  # noqa: E402
+from insitu import Domain, to_host  # noqa: E402
+from insitu.arrays import get_array_module  # noqa: E402
 
 # --------------------------------------------------------------------------- data
 
@@ -82,12 +83,12 @@ def draw_mesh(mesh, bounds, width: int, height: int):
 
     verts, faces, normals = mesh[:3]
     if len(faces) == 0:
-        out = np.zeros((height, width, 5), np.float32)
+        out = get_array_module(verts).zeros((height, width, 5), np.float32)
         out[..., 4] = np.inf
         return out
     rgba, depth = render_mesh(verts, faces, normals, width=width, height=height,
                               camera=Camera.fit(bounds, azimuth=30, elevation=20))
-    return np.concatenate([np.asarray(rgba), np.asarray(depth)[..., None]], axis=-1)
+    return get_array_module(rgba).concatenate([rgba, depth[..., None]], axis=-1)  # where it was drawn
 
 
 def smooth(block):
@@ -119,7 +120,7 @@ def ray_cast_block(block, gid, domain: Domain, width: int, height: int):
 
     rgba, depth = ray_cast_blocks(domain, {gid: block}, volume_camera(domain), width, height, volume_tf(),
                                   early_termination=1.0)[gid]
-    return np.concatenate([np.asarray(rgba), np.asarray(depth)[..., None]], axis=-1)
+    return get_array_module(rgba).concatenate([rgba, depth[..., None]], axis=-1)
 
 
 def depth_level(gid, domain: Domain) -> int:
@@ -140,10 +141,11 @@ def composite_images(images):
     """Images (H, W, 5) given front to back, composited with "over" (depth: the nearest)."""
     from render.volume import over
 
+    xp = get_array_module(images[0])
     out = images[0].copy()
     for im in images[1:]:
         out[..., :4] = over(out[..., :4], im[..., :4])
-        out[..., 4] = np.minimum(out[..., 4], im[..., 4])
+        out[..., 4] = xp.minimum(out[..., 4], im[..., 4])
     return out
 
 
@@ -265,7 +267,7 @@ def reference6(*, dims=(20, 18, 16), nblocks=8, size=(48, 40)):
 
     dom = Domain.create(dims, nblocks=nblocks, ghost=1)
     rgba, depth = ray_cast(sphere_field(dims), volume_camera(dom), *size, volume_tf(), early_termination=1.0)
-    return np.asarray(rgba), np.asarray(depth)
+    return to_host(rgba), to_host(depth)
 
 
 def listing7(engine, *, dims=(20, 18, 16), nblocks=4, level=5.5, npartitions=2):
@@ -279,10 +281,11 @@ def listing7(engine, *, dims=(20, 18, 16), nblocks=4, level=5.5, npartitions=2):
 
 
 def merge_meshes(meshes):
+    """Host meshes (as ``recv_gpu`` returns them) as one."""
     verts, faces, n = [], [], 0
     for m in meshes:
-        verts.append(np.asarray(m[0]))
-        faces.append(np.asarray(m[1]) + n)
+        verts.append(to_host(m[0]))
+        faces.append(to_host(m[1]) + n)
         n += len(m[0])
     return np.concatenate(verts), np.concatenate(faces)
 
@@ -291,7 +294,7 @@ def reference7(*, dims=(20, 18, 16), level=5.5):
     from render.contour import marching_cubes
 
     v, f, _ = marching_cubes(sphere_field(dims), level)
-    return np.asarray(v), np.asarray(f)
+    return to_host(v), to_host(f)
 
 
 def listing8(engine, *, dims=(12, 10, 8), nblocks=4, seed=(2, 3, 1), iterations=24, local_iters=4,

