@@ -240,8 +240,8 @@ SCHEMA: dict[str, Any] = {
                      "PeerTimeoutError naming the ranks that did not come", 60.0, lo=0, lo_open=True,
                      unit="seconds"),
         "profile": P("bool", "time every stage of execute (mesh, pipelines, ranges, contour, render, volume, "
-                     "composite, png, extracts) into results()['timings']: CUDA events on GPUs, waiting for "
-                     "each stage's work", False),
+                     "composite, png, extracts; with engine: spark handover, spark and, within it, daemons) into "
+                     "results()['timings']: CUDA events on GPUs, waiting for each stage's work", False),
     },
     # What Adaptor.steer, a steering file and viewers may change: the same Params as the
     # configuration's keys they override, so both accept exactly the same values.

@@ -237,8 +237,10 @@ class SparkSceneRenderer(SceneRenderer):
         try:
             # The tasks run the embedded engine's package step (draw_block, with the
             # draw_domain this process names), packing each image into one array to move.
-            packed = self._server().run(records, draw_block, None, specs, view, _draw.draw_domain, None, None, True,
-                                        with_key=True)
+            server = self._server()
+            packed = server.run(records, draw_block, None, specs, view, _draw.draw_domain, None, None, True,
+                                with_key=True)
+            self.prof.add("daemons", server.task_seconds)  # part of "spark": the drawing's own time
         except Exception as e:
             raise RuntimeError(f"{where}: the Spark job drawing {len(records)} blocks failed: "
                                f"{_python_error(e)}") from e

@@ -71,6 +71,11 @@ class StageTimer:
             end.synchronize()
             self._times[name] = self._times.get(name, 0.0) + cp.cuda.get_elapsed_time(start, end) / 1e3
 
+    def add(self, name: str, seconds: float) -> None:
+        """Charge `seconds` measured elsewhere (another process's work) to `name`."""
+        if self.enabled:
+            self._times[name] = self._times.get(name, 0.0) + float(seconds)
+
     def times(self) -> dict[str, float]:
         """The stages' seconds so far, and start again."""
         out, self._times = self._times, {}

@@ -91,12 +91,13 @@ def _serve_connection(conn: socket.socket, index: int, ctx: _Ctx) -> bool:
         if request == _STOP:
             return False
         groups, steps = request
+        t0 = time.perf_counter()
         try:
             out = [r for srcs in groups for r in _action_task(index, iter(srcs), ctx=ctx, steps=steps, final="recv",
                                                               drop_sources=False)]
-            reply = ("ok", out)
+            reply = ("ok", out, time.perf_counter() - t0)
         except Exception as e:  # the driver raises it; the task goes on serving
-            reply = ("error", _portable(e))
+            reply = ("error", _portable(e), time.perf_counter() - t0)
         handoff.send_frames(conn, handoff.dumps(reply))
 
 
@@ -142,6 +143,9 @@ class StepServer:
         self.directory = os.path.join(engine.daemon_dir, "serve")
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         self.restarts = 0
+        #: Seconds the slowest task of the last step spent running it on its daemons
+        #: (the rest of a step's time is the requests' and answers' way).
+        self.task_seconds = 0.0
         self._conns: dict[int, socket.socket] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -240,13 +244,14 @@ class StepServer:
             except OSError:
                 self._drop(index)
                 raise
-        out, error = {}, None
+        out, error, self.task_seconds = {}, None, 0.0
         for index in groups:
             try:
-                status, value = handoff.loads(handoff.recv_frames(self._conns[index]))
+                status, value, seconds = handoff.loads(handoff.recv_frames(self._conns[index]))
             except (OSError, EOFError):
                 self._drop(index)
                 raise
+            self.task_seconds = max(self.task_seconds, seconds)
             if status == "ok":
                 out.update(value)
             elif error is None:

@@ -93,13 +93,15 @@ def main(argv=None) -> int:
             rows.append((n, name, t, st))
             print(f"n={n} {name}: {t * 1e3:.1f} ms  " + " ".join(f"{k}={v * 1e3:.1f}" for k, v in sorted(st.items())),
                   flush=True)
-    stage_names = [s for s in ("mesh", "pipelines", "ranges", "contour", "render", "volume", "handover", "spark",
-                               "composite") if any(s in r[3] for r in rows)]
+    order = ("mesh", "pipelines", "ranges", "contour", "render", "volume", "handover", "spark", "daemons", "composite")
+    stage_names = [s for s in order if any(s in r[3] for r in rows)]
     head = (f"### The adaptor's step on the embedded engine and on Spark, {args.backend}\n\n"
             f"Device: {device}; date {datetime.date.today()}; commit {commit()}; command `python "
             f"tests/gpu/bench_spark_adaptor.py --n {' '.join(map(str, args.n))} --size {args.size[0]} {args.size[1]} "
             f"--master '{args.master}' --backend {args.backend}`; the demo pipeline (contour + pseudocolor + volume, "
-            f"no files), one rank, medians of {args.reps} steps after 3 warm-up steps; stages from `profile: true`.\n\n"
+            f"no files), one rank, medians of {args.reps} steps after 3 warm-up steps; stages from `profile: true` "
+            f"(Spark: `handover` hands the fields to the node's daemon, `spark` is the serving job's step, of which "
+            f"`daemons` is the drawing on the daemon).\n\n"
             "| n^3 | engine | execute | Spark overhead | " + " | ".join(stage_names) + " |\n"
             "| ---: | --- | ---: | ---: | " + " | ".join("---:" for _ in stage_names) + " |\n")
     base = {n: t for n, name, t, _ in rows if name == "embedded"}
