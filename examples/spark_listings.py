@@ -207,17 +207,19 @@ def listing1(engine, *, dims=(24, 22, 20), nblocks=4, level=7.0, size=(64, 48), 
     return rgba, depth, images
 
 
-def reference1(*, dims=(24, 22, 20), nblocks=4, level=7.0, size=(64, 48)):
-    """Listing 1 on the embedded engine (one in-process worker), same per-block functions."""
+def reference1(*, dims=(24, 22, 20), nblocks=4, level=7.0, size=(64, 48), device: int | None = None):
+    """Listing 1 on the embedded engine (one in-process worker on `device`, as the Spark
+    daemons are: meshes on a GPU are drawn by its rasterizer), same per-block functions."""
     from insitu.engine import EmbeddedEngine
     from render.composite import depth_composite
 
     dom = Domain.create(dims, nblocks=nblocks, ghost=1)
     field = sphere_field(dims)
-    with EmbeddedEngine(None, device=None) as eng:
+    with EmbeddedEngine(None, device=device) as eng:
         images = (eng.blocks({g: dom.extract(field, g) for g in range(dom.nblocks)})
                   .exec_gpu(contour_block, None, dom, level, with_key=True)
                   .exec_gl(draw_mesh, _bounds(dims), *size).recv_gpu())
+    images = {k: to_host(v) for k, v in images.items()}
     keys = sorted(images)
     rgba, depth = depth_composite([images[k][..., :4] for k in keys], [images[k][..., 4] for k in keys])
     return rgba, depth, images
@@ -432,7 +434,7 @@ def run(listing: str, engine, *, kill_after: int | None = None, checkpoint_every
     its = {} if iterations is None else {"iterations": iterations}
     if listing == "1":
         rgba, depth, _ = listing1(engine)
-        ref = reference1()
+        ref = reference1(device=0 if engine._ctx.gpus and engine._ctx.gpu_workers else None)
         ok = np.allclose(rgba, ref[0], atol=1e-6) and np.array_equal(np.isinf(depth), np.isinf(ref[1]))
         extra = {"covered_pixels": int(np.isfinite(depth).sum())}
     elif listing == "2":

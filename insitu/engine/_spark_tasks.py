@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from insitu import arrays
 from insitu.errors import InsituError
 from insitu.pool import DaemonWorker, Package, WorkerDiedError, ensure_daemon
 from insitu.pool.commands import Ref
@@ -271,6 +272,8 @@ def _build(pkg: Package, tags: list, w: DaemonWorker, src, steps: tuple, local_d
         ref = pkg.add("send", src[2])
     elif kind == "load":
         ref = pkg.add("exec", src[2], None, (key, *src[3]))
+        if _DEVICES.get(w.socket_path) is not None:  # a GPU daemon's blocks are on its device, as sent ones are
+            ref = pkg.add("exec", _on_device, None, (ref,))
     elif kind == "handle":
         ref = pkg.add("get", src[2].handle)
     elif kind == "halo":
@@ -581,6 +584,15 @@ def _append_slabs(block, gid, domain, component, dirs, slabs):
 
     append_halo(block if component is None else block[component], gid, domain, dict(zip(dirs, slabs)))
     return block
+
+
+def _on_device(x):
+    """`x` (an array, or tuples, lists and dicts of them) on the worker's current device."""
+    if isinstance(x, (list, tuple)):
+        return type(x)(_on_device(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _on_device(v) for k, v in x.items()}
+    return x if x is None or isinstance(x, (str, bytes, int, float, complex)) else arrays.to_device(x)
 
 
 def _as_list(*arrays_):

@@ -245,7 +245,8 @@ class SparkEngine:
         data : mapping key -> array, or callable
             Arrays on the driver (pickled once into the tasks, then sent to the daemons);
             or a loader ``loader(key, *args) -> array`` that the daemons call (a
-            module-level function; the data then never passes through Spark).
+            module-level function; the data then never passes through Spark; on a GPU
+            daemon its result is moved to the daemon's device, as sent arrays are).
         npartitions : int, optional
             Default ``min(len(keys), defaultParallelism)``.
         keys : sequence, optional

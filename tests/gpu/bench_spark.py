@@ -1,6 +1,6 @@
 """Benchmark: per-iteration overhead of the Spark engine vs the embedded engine, same pipeline.
 
-    python tests/gpu/bench_spark.py [--master local[2]] [--iterations 30] [--n 32] [--md FILE]
+    python tests/gpu/bench_spark.py [--master local[2]] [--iterations 30] [--n 32] [--backend cupy] [--md FILE]
 
 Pipelines, on 4 blocks of ``n^3`` float64 (2 partitions for Spark; one in-process worker
 for the embedded engine, one process):
@@ -61,6 +61,8 @@ def main(argv=None) -> int:
     ap.add_argument("--iterations", type=int, default=30)
     ap.add_argument("--n", type=int, default=32, help="block edge (samples)")
     ap.add_argument("--md", default=None, help="append the table to this Markdown file")
+    ap.add_argument("--backend", choices=("numpy", "cupy"), default="numpy",
+                    help="cupy: the embedded worker on GPU 0 and Spark's daemons on the node's GPUs")
     args = ap.parse_args(argv)
     from insitu import Domain
     from insitu.engine import EmbeddedEngine
@@ -92,7 +94,8 @@ def main(argv=None) -> int:
         }
 
     rows = {}
-    emb = EmbeddedEngine(None, device=None)
+    gpu = args.backend == "cupy"
+    emb = EmbeddedEngine(None, device=0 if gpu else None)
     try:
         for name, step in embedded_steps(emb).items():
             data = eik if name.startswith("halo") else smooth_data
@@ -102,7 +105,7 @@ def main(argv=None) -> int:
                                                                    10 if "x10" in name else 1)[0]
     finally:
         emb.close()
-    spark = SparkEngine(args.master, app_name="insitu-bench-spark")
+    spark = SparkEngine(args.master, app_name="insitu-bench-spark", gpus=None if gpu else 0)
     try:
         for name, step in spark_steps(spark).items():
             data = eik if name.startswith("halo") else smooth_data
@@ -115,7 +118,13 @@ def main(argv=None) -> int:
         spark.stop()
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     cmd = "python tests/gpu/bench_spark.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    lines = [f"### Spark engine vs embedded engine: per-iteration time ({host()}, CPU workers)", "",
+    if gpu:
+        import cupy
+
+        where = f"{cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}, GPU workers"
+    else:
+        where = f"{host()}, CPU workers"
+    lines = [f"### Spark engine vs embedded engine: per-iteration time ({where})", "",
              f"{date}, commit {commit()}, `{cmd.strip()}`, master `{args.master}`, 4 blocks of "
              f"{n}^3 (+ghosts) float64, 2 partitions", "",
              "| pipeline | embedded (ms/it) | Spark (ms/it) | overhead (ms/it) |", "|---|---:|---:|---:|"]
@@ -144,10 +153,12 @@ def _halo_dom(dom):
 def _eik_embedded(T, spacing, iterations):
     # The embedded pipeline keeps T only (slowness 1, no seeds beyond the first cell):
     # the same sweeps and halo traffic per iteration as the Spark one.
+    from insitu.arrays import get_array_module
     from solvers.eikonal import update_block
 
-    w = np.ones_like(T)
-    frozen = np.zeros(T.shape, bool)
+    xp = get_array_module(T)
+    w = xp.ones_like(T)
+    frozen = xp.zeros(T.shape, bool)
     frozen[1, 1, 1] = True
     out = T.copy()
     T2, _, _ = update_block(T, out, w, frozen, spacing, iterations=iterations)

@@ -18,12 +18,13 @@ run() {  # name, seconds, command...
 }
 what=${1:-all}
 if [ "$what" = tests ] || [ "$what" = all ]; then
-    run spark_gpu_tests 480 python3 -m pytest -q -rA -s tests/gpu/test_spark_gpu.py tests/test_spark_serving.py
+    run spark_gpu_tests 480 python3 -m pytest -q -rA -s tests/gpu/test_spark_gpu.py tests/gpu/test_spark_adaptor_gpu.py \
+        tests/test_spark_serving.py
     run spark_nojava 150 env -u JAVA_HOME python3 -m pytest -q -rA tests/test_spark_nojava.py
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-    run bench_spark_32 150 python3 tests/gpu/bench_spark.py --n 32 --md "$OUT/bench_spark.md"
-    run bench_spark_128 150 python3 tests/gpu/bench_spark.py --n 128 --iterations 20 --md "$OUT/bench_spark.md"
+    run bench_spark_32 150 python3 tests/gpu/bench_spark.py --n 32 --backend cupy --md "$OUT/bench_spark.md"
+    run bench_spark_128 200 python3 tests/gpu/bench_spark.py --n 128 --iterations 20 --backend cupy --md "$OUT/bench_spark.md"
     run bench_spark_adaptor 300 python3 tests/gpu/bench_spark_adaptor.py --n 128 256 512 --backend cupy \
         --md "$OUT/bench_spark_adaptor.md"
 fi

@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 pytest.importorskip("pyspark", reason="needs PySpark (stage it on the GPU node: ../shared/device/spark-stage.sh)")
@@ -26,7 +25,7 @@ import spark_listings as L  # noqa: E402
 
 
 def _java() -> str | None:
-    from insitu.engine.spark import java_home
+    from insitu.engine.java import java_home
 
     try:
         java_home()
@@ -86,70 +85,38 @@ def _listings(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout)
 
 
+def _outcome(p: subprocess.CompletedProcess) -> str:
+    """The listing's result line, else the Python errors the run printed (not Java's stack)."""
+    line = next((ln for ln in p.stdout.splitlines() if ln.startswith("listing 8")), None)
+    if line is not None:
+        return line
+    errors = [ln.strip() for ln in p.stderr.splitlines()
+              if re.match(r"^\s*(\w+\.)*\w*(Error|Exception)\b", ln) and not ln.lstrip().startswith("at ")]
+    return f"exit {p.returncode}; " + (" | ".join(dict.fromkeys(errors)) or p.stderr[-3000:])
+
+
+@pytest.fixture(scope="module")
+def uninterrupted():
+    p = _listings("--master", "local[2,3]", "--listing", "8", "--per-job", "4", "--checkpoint-every", "4")
+    line = _outcome(p)
+    assert p.returncode == 0 and " OK " in line, line
+    return re.search(r"max_diff=(\S+)", line).group(1)
+
+
 @pytest.mark.parametrize("run", [1, 2, 3])
-def test_killed_daemons_recover_with_an_identical_result(run):
+def test_killed_daemons_recover_with_an_identical_result(run, uninterrupted):
     p = _listings("--master", "local[2,3]", "--listing", "8", "--per-job", "4", "--checkpoint-every", "4",
                   "--kill-after", "2")
-    line = next((ln for ln in p.stdout.splitlines() if ln.startswith("listing 8")), p.stdout + p.stderr[-3000:])
-    assert p.returncode == 0 and " OK " in line and "max_diff=0 " in line, line
-    recovery = re.search(r"recovery_s=(\S+)", line)
-    assert recovery and "recoveries=1" in line, line
+    line = _outcome(p)
+    assert p.returncode == 0 and " OK " in line and "recoveries=1" in line, line
+    # the same travel times as the run no daemon died in (max_diff: against the CPU solve)
+    assert re.search(r"max_diff=(\S+)", line).group(1) == uninterrupted, line
     print(f"run {run}: {line}")
 
 
-def test_a_killed_executor_recovers_with_an_identical_result():
+def test_a_killed_executor_recovers_with_an_identical_result(uninterrupted):
     p = _listings("--master", "local-cluster[2,1,1024]", "--listing", "8", "--checkpoint-every", "4",
                   "--kill-executor-after", "2")
-    line = next((ln for ln in p.stdout.splitlines() if ln.startswith("listing 8")), p.stdout + p.stderr[-3000:])
+    line = _outcome(p)
     assert p.returncode == 0 and " OK " in line and "killed_executor=None" not in line, line
     print(line)
-
-
-N = 65
-X = np.linspace(-1.2, 1.2, N)
-H = float(X[1] - X[0])
-R = np.sqrt(X[:, None, None] ** 2 + X[None, :, None] ** 2 + X[None, None, :] ** 2)
-
-
-def _domains(field):
-    import adaptors
-
-    m = N // 2
-    return [adaptors.uniform({"r": field[:m + 2]}, origin=(-1.2,) * 3, spacing=(H,) * 3,
-                             ghost=((0, 1), (0, 0), (0, 0)), domain_id=0),
-            adaptors.uniform({"r": field[m - 1:]}, origin=(-1.2 + (m - 1) * H, -1.2, -1.2), spacing=(H,) * 3,
-                             ghost=((1, 0), (0, 0), (0, 0)), domain_id=1)]
-
-
-def _config(prefix, engine):
-    return {"engine": engine,
-            "pipelines": {"pl": {"c": {"type": "contour", "params": {"field": "r", "iso_values": [0.7, 1.0]}}}},
-            "scenes": {"s": {"plots": {"p": {"type": "pseudocolor", "pipeline": "pl"},
-                                       "v": {"type": "volume", "field": "r",
-                                             "color_table": {"name": "plasma", "opacity": [[0.0, 0.6], [1.2, 0.0]]}}},
-                             "renders": {"r": {"image_width": 160, "image_height": 120, "image_prefix": prefix,
-                                               "camera": {"azimuth": 35, "elevation": 25}}}}}}
-
-
-def test_engine_spark_through_the_adaptor_draws_the_embedded_frames_from_device_fields(tmp_path):
-    import adaptors
-    import insitu
-    from render.image import read_png
-
-    field = cp.asarray(R)
-    spark = {"type": "spark", "params": {"master": "local[2]"}}
-    with adaptors.Adaptor(_config(str(tmp_path / "embedded_%d"), "embedded")) as e:
-        for step in range(3):
-            assert e.execute(step, 0.0, _domains(field)), e.results()["errors"]
-    with adaptors.Adaptor(_config(str(tmp_path / "spark_%d"), spark)) as a:
-        assert a.execute(0, 0.0, _domains(field)), a.results()["errors"]
-        with insitu.count_transfers() as c:  # fields handed over by CUDA IPC, images come back on the host
-            for step in (1, 2):
-                assert a.execute(step, 0.0, _domains(field)), a.results()["errors"]
-        assert a._scenes._serving is not None and a._scenes._serving.restarts == 0
-    assert c.stats.calls == 0, c.stats
-    for step in range(3):
-        s = read_png(tmp_path / f"spark_{step}.png").astype(int)
-        m = read_png(tmp_path / f"embedded_{step}.png").astype(int)
-        assert (s[..., 3] > 0).mean() > 0.1
-        assert (np.abs(s - m) <= 1).all(axis=2).mean() >= 0.999, step
