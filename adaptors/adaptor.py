@@ -108,6 +108,10 @@ class Adaptor:
         self._steer_readers: list = []  # viewers' steering streams (rank 0)
         triggered = {a for t in self.config["triggers"].values() for a in t["actions"]}
         self._always = [n for n in (*self.config["scenes"], *self.config["extracts"]) if n not in triggered]
+        # Fixed by the configuration (steering changes neither): the idle step reads flags only.
+        self._steer_file = (self.config.get("steering") or {}).get("file")
+        self._steered = bool(self._steer_file) or self._steers_by_stream()
+        self._every = [t.get("every") for t in self.config["triggers"].values()]
         self._open = True
 
     # -- steering ---------------------------------------------------------------------------
@@ -163,9 +167,9 @@ class Adaptor:
     def _poll_steering(self) -> None:
         """Gather steering from the steering file and viewers' streams at rank 0 and apply
         it on every rank (one broadcast; nothing when neither is configured)."""
-        sfile = (self.config.get("steering") or {}).get("file")
-        if not sfile and not self._steers_by_stream():
+        if not self._steered:
             return
+        sfile = self._steer_file
         updates, problems = [], []
         if self.rank == 0:
             try:
@@ -242,6 +246,13 @@ class Adaptor:
             raise NotInitializedError("execute: the adaptor was finalized")
         t0 = _time.perf_counter()
         step = int(step)
+        if error is None and not self._steered and (self._steering["pause"] or not self._busy(step)):
+            # Nothing runs on any rank (the same configuration and step everywhere): no
+            # collective, so no step of the job's context either; the mesh is not looked at.
+            self._step, self._time, self._frames = step, float(time), []
+            self._timings = {**self.prof.times(), "execute": _time.perf_counter() - t0}
+            self._executes += 1
+            return True
         self.ctx.step_begin()
         self._failures: list[BaseException] = []
         try:
@@ -336,7 +347,7 @@ class Adaptor:
         """Whether anything may run this step (conditions need the mesh to decide)."""
         if self._always:
             return True
-        return any(t.get("every") is None or step % t["every"] == 0 for t in self.config["triggers"].values())
+        return any(e is None or step % e == 0 for e in self._every)
 
     def _check_fields(self, domains) -> None:
         """Every field the configuration names exists (so no rank fails inside a collective)."""
