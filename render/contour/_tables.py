@@ -9,6 +9,13 @@ so two cubes sharing a face cut it the same way and meshes stay watertight. Segm
 are oriented (faces walked counter-clockwise seen from outside) and chained into closed
 loops, each loop a fan of ``k - 2`` triangles: the same count as Lorensen's table
 wherever no face is ambiguous.
+
+A loop that crosses an ambiguous face twice (its outside corners joined through the
+cube) has four vertices on that face's edges. A fan diagonal between two of them would
+lie in the face: a triangle flat in it, and the neighbouring cube, cutting the face the
+same way, could use the same diagonal, giving an edge of four triangles. So each loop
+is fanned from its first vertex that shares no cube face with a vertex it joins by a
+diagonal; every loop has one, and the fan keeps the loop's orientation.
 """
 
 from __future__ import annotations
@@ -43,6 +50,21 @@ def _faces() -> list[tuple[int, int, int, int]]:
     return faces
 
 
+def _edge_faces(faces: list[tuple[int, int, int, int]]) -> list[frozenset[int]]:
+    """Per cube edge the (two) faces that hold it."""
+    return [frozenset(f for f, ring in enumerate(faces) if a in ring and b in ring) for a, b in EDGES]
+
+
+def _fan(loop: list[int], edge_faces: list[frozenset[int]]) -> list[tuple[int, int, int]]:
+    """``k - 2`` triangles over a loop of k edges, none with a diagonal inside a cube face."""
+    k = len(loop)
+    for a in range(k):
+        ring = loop[a:] + loop[:a]
+        if not any(edge_faces[ring[0]] & edge_faces[ring[i]] for i in range(2, k - 1)):
+            return [(ring[0], ring[i], ring[i + 1]) for i in range(1, k - 1)]
+    raise RuntimeError(f"marching-cubes table: no fan of loop {loop} keeps its diagonals off the cube faces")
+
+
 def _edge_of(a: int, b: int) -> int:
     for e, (p, q) in enumerate(EDGES):
         if {p, q} == {a, b}:
@@ -54,6 +76,7 @@ def _edge_of(a: int, b: int) -> int:
 def triangle_table() -> tuple[np.ndarray, np.ndarray]:
     """``(counts, tris)``: triangles per case (256,) and their edges (256, 5, 3)."""
     faces = _faces()
+    edge_faces = _edge_faces(faces)
     counts = np.zeros(256, np.int64)
     tris = np.full((256, 5, 3), -1, np.int64)
     for case in range(256):
@@ -84,8 +107,8 @@ def triangle_table() -> tuple[np.ndarray, np.ndarray]:
             loops.append(loop)
         t = 0
         for loop in loops:
-            for i in range(1, len(loop) - 1):
-                tris[case, t] = (loop[0], loop[i], loop[i + 1])
+            for tri in _fan(loop, edge_faces):
+                tris[case, t] = tri
                 t += 1
         counts[case] = t
     return counts, tris
