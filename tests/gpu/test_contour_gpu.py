@@ -3,10 +3,13 @@ alike; no array transfers (only the counts come back as scalars)."""
 
 import numpy as np
 import pytest
+from scipy.spatial import cKDTree
 
 import insitu
 from insitu import Domain
 from render.contour import label_surfaces, marching_cubes, marching_cubes_blocks
+
+from test_contour_topology import assert_manifold  # tests/ is on sys.path (tests/conftest.py)
 
 cp = pytest.importorskip("cupy", reason="needs CuPy")
 
@@ -105,3 +108,24 @@ def test_gpu_float32_samples_at_the_level_classify_like_cpu(level):
     assert len(cpu[1]) > 0
     np.testing.assert_array_equal(cp.asnumpy(gpu[1]), cpu[1])
     np.testing.assert_allclose(cp.asnumpy(gpu[0]), cpu[0], atol=1e-5)
+
+
+def oriented_triangles(faces):
+    """Triangles as rows rotated to start at their least vertex (orientation kept), sorted."""
+    r = np.argmin(faces, axis=1)[:, None]
+    t = np.take_along_axis(faces, (r + np.arange(3)) % 3, axis=1)
+    return t[np.lexsort(t.T[::-1])]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gpu_noise_mesh_is_the_cpu_mesh_and_manifold(dtype):
+    # White noise puts an ambiguous face in most cells: the manifold case table on both paths.
+    vol = np.random.default_rng(48).standard_normal((48, 48, 48)).astype(dtype)
+    cv, cf, _ = marching_cubes(vol, 0.0)
+    gv, gf, _ = (cp.asnumpy(a) for a in marching_cubes(cp.asarray(vol), 0.0))
+    assert gv.shape == cv.shape and gf.shape == cf.shape
+    # The same triangles by vertex position: each GPU vertex named by the CPU vertex at its place.
+    d, ix = cKDTree(cv).query(gv)
+    assert d.max() < 1e-5 and len(np.unique(ix)) == len(cv)
+    np.testing.assert_array_equal(oriented_triangles(ix[gf]), oriented_triangles(cf))
+    assert_manifold(gv, gf, vol.shape, f"GPU mesh, {np.dtype(dtype)}")
