@@ -10,19 +10,10 @@ import pytest
 pytest.importorskip("pyspark", reason="needs PySpark (stage it on the GPU node: ../shared/device/spark-stage.sh)")
 cp = pytest.importorskip("cupy", reason="needs CuPy")
 
-
-def _java() -> str | None:
-    from insitu.engine.java import java_home
-
-    try:
-        java_home()
-    except RuntimeError as e:
-        return str(e)
-    return None
+from spark_needs import require_java  # noqa: E402
 
 
-if _java() is not None:
-    pytest.skip(f"needs a Java runtime for Spark: {_java()}", allow_module_level=True)
+require_java()
 
 
 N = 65

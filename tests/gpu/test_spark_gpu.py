@@ -22,20 +22,10 @@ for d in (EXAMPLES, TESTS):
         sys.path.insert(0, d)  # before the engine starts: its tasks and daemons import these
 
 import spark_listings as L  # noqa: E402
+from spark_needs import require_java  # noqa: E402
 
 
-def _java() -> str | None:
-    from insitu.engine.java import java_home
-
-    try:
-        java_home()
-    except RuntimeError as e:
-        return str(e)
-    return None
-
-
-if _java() is not None:
-    pytest.skip(f"needs a Java runtime for Spark: {_java()}", allow_module_level=True)
+require_java()
 
 
 @pytest.fixture(scope="module")
