@@ -96,13 +96,17 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
         ntiles = _gpu.tile_count(lo, hi, chunk)
         local = xp.empty((2, len(levels), nseg), xp.int32)
         tiles = xp.empty((2, len(levels), ntiles), xp.int32)
+    else:  # per segment its start within its task, per task its totals (see _cpu.count)
+        ntasks = _cpu.tasks(lo, hi, chunk)
+        tasks = np.empty((2, len(levels), ntasks), np.int64)
     bad = xp.zeros(3, xp.uint64) if gpu else 0  # GPU: non-finite flag, vertex and triangle totals
     for n, lev in enumerate(levels):
         if gpu:
             _gpu.count(vol, ext, lev, lo, hi, chunk, tables, counts[0, n], counts[1, n], local[0, n], local[1, n],
                        tiles[0, n], tiles[1, n], bad)
         else:
-            bad += _cpu.count(vol, lev, lo_a, hi_a, chunk, tables[0], counts[0, n], counts[1, n])
+            bad += _cpu.count(vol, lev, lo_a, hi_a, chunk, tables[0], counts[0, n], counts[1, n], tasks[0, n],
+                              tasks[1, n])
     if gpu:
         # Second level of the scan: the tiles, in int32 (the exact totals guard it), all
         # levels in one numbering. The flag, the totals and the levels' ends in one read:
@@ -116,10 +120,11 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     else:
         if bad:
             raise ValueError(f"{name}: contains NaN or inf")
-        flat = counts.reshape(2, -1)
-        vincl, tincl = np.cumsum(flat[0], dtype=np.int64), np.cumsum(flat[1], dtype=np.int64)
-        *vend, nf = [int(x) for x in np.concatenate([vincl[nseg - 1::nseg], tincl[-1:]])]
+        flat = tasks.reshape(2, -1)
+        vincl, tincl = np.cumsum(flat[0]), np.cumsum(flat[1])
+        *vend, nf = [int(x) for x in np.concatenate([vincl[ntasks - 1::ntasks], tincl[-1:]])]
         nv = vend[-1]
+        voff, toff = vincl - flat[0], tincl - flat[1]
     if max(nv, nf) > _INT32_MAX:
         raise ValueError(f"{name}: the mesh has {nv} vertices and {nf} triangles, more than int32 indices hold")
     specs = [(np.float32, (nv, 3)), (np.int32, (nf, 3)), (np.float32, (nv, 3)), (np.float32, (nv,))]
@@ -134,7 +139,6 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     per_level = 3 * int(np.prod(kdims))
     vedge = xp.empty(nv, xp.int64) if gpu else None
     for n, lev in enumerate(levels):
-        at = slice(n * nseg, (n + 1) * nseg)
         if gpu:
             vstart = vend[n - 1] if n else 0
             lev_tiles = slice(n * ntiles, (n + 1) * ntiles)
@@ -143,7 +147,9 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
                           vend[n] - vstart, tables, geo, offset, vals, mesh[4], kdims, n * per_level, *mesh[:4],
                           vedge)
         else:
-            _cpu.generate(vol, ext, lev, lo_a, hi_a, chunk, counts[0, n], counts[1, n], vincl[at], tincl[at],
+            at = slice(n * ntasks, (n + 1) * ntasks)
+            _cpu.generate(vol, ext, lev, lo_a, hi_a, chunk, counts[0, n], counts[1, n], tasks[0, n], tasks[1, n],
+                          voff[at], toff[at],
                           *tables, geo, np.asarray(offset, np.int64),
                           vals if vals is not None else np.zeros((1, 1, 1)), vals is not None,
                           mesh[4] if dims is not None else np.zeros(1, np.int64), dims is not None,

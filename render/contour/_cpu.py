@@ -83,13 +83,27 @@ def _corners(p0, n0, n1, p1, out, n):
     return acc != 0
 
 
-@numba.njit(parallel=True, cache=True)
-def count(vol, level, lo, hi, chunk, ntri, nvert_out, ntri_out):
-    """Pass 1: vertices and triangles per segment; returns the number of non-finite samples.
+def tasks(lo, hi, chunk: int) -> int:
+    """How many tasks the kernels cut the point box ``lo..hi`` into (a chunk by `_ROWS` rows)."""
+    return ((hi[0] - lo[0]) // chunk + 1) * -(-(hi[1] - lo[1] + 1) // _ROWS)
 
-    A task takes the segments of one chunk and `_ROWS` rows j: it finds the inside
-    bits of the samples they read once, then walks each row plane by plane along
-    contiguous k (the GPU walks each segment in its own thread).
+
+@numba.njit(inline="always")
+def _first(loc, off, x, m1, m2, ngr):
+    """First vertex (or triangle) of segment x: its task's offset plus its place in the task."""
+    return off[(x // (m1 * m2)) * ngr + ((x // m2) % m1) // _ROWS] + loc[x]
+
+
+@numba.njit(parallel=True, cache=True)
+def count(vol, level, lo, hi, chunk, ntri, vloc, tloc, vtask, ttask):
+    """Pass 1: returns the number of non-finite samples.
+
+    A task takes the segments of one chunk and `_ROWS` rows j (a run of segment
+    numbers): it finds the inside bits of the samples they read once, then walks each
+    row plane by plane along contiguous k (the GPU walks each segment in its own
+    thread). Per segment its first vertex and triangle counted from its task's
+    (`vloc`, `tloc`), per task its vertices and triangles (`vtask`, `ttask`): a scan
+    of the tasks then numbers everything.
     """
     m1, m2 = hi[1] - lo[1] + 1, hi[2] - lo[2] + 1
     nch = (hi[0] - lo[0]) // chunk + 1
@@ -106,6 +120,7 @@ def count(vol, level, lo, hi, chunk, ntri, nvert_out, ntri_out):
         q = np.zeros(m2 + 1, np.uint8)
         nv = np.empty(m2, np.int32)
         nt = np.empty(m2, np.int32)
+        vrun, trun = 0, 0
         for rr in range(nj):
             yok = j0 + rr < hi[1]
             nv[:] = 0
@@ -134,8 +149,12 @@ def count(vol, level, lo, hi, chunk, ntri, nvert_out, ntri_out):
                         nv[r] += p0[r] ^ p1[r]
             seg0 = (c * m1 + j0 + rr - lo[1]) * m2
             for r in range(m2):
-                nvert_out[seg0 + r] = nv[r]
-                ntri_out[seg0 + r] = nt[r]
+                vloc[seg0 + r] = vrun
+                tloc[seg0 + r] = trun
+                vrun += nv[r]
+                trun += nt[r]
+        vtask[s] = vrun
+        ttask[s] = trun
         bad += nbad
     return bad
 
@@ -166,8 +185,18 @@ def _vertex(vol, ext, level, i, j, k, a, n, geo, offset, vals, has_vals, keys, h
     vb = float(vol[i + di, j + dj, k + dk])
     t = (level - va) / (vb - va)
     p = (i, j, k)
-    _grad(vol, i, j, k, ext, ga)
-    _grad(vol, i + di, j + dj, k + dk, ext, gb)
+    ib, jb, kb = i + di, j + dj, k + dk
+    if ext[0] < i and ib < ext[3] and ext[1] < j and jb < ext[4] and ext[2] < k and kb < ext[5]:
+        # Both ends inside: central differences, as _grad takes them, without its tests
+        ga[0] = (float(vol[i + 1, j, k]) - float(vol[i - 1, j, k])) / 2.0
+        ga[1] = (float(vol[i, j + 1, k]) - float(vol[i, j - 1, k])) / 2.0
+        ga[2] = (float(vol[i, j, k + 1]) - float(vol[i, j, k - 1])) / 2.0
+        gb[0] = (float(vol[ib + 1, jb, kb]) - float(vol[ib - 1, jb, kb])) / 2.0
+        gb[1] = (float(vol[ib, jb + 1, kb]) - float(vol[ib, jb - 1, kb])) / 2.0
+        gb[2] = (float(vol[ib, jb, kb + 1]) - float(vol[ib, jb, kb - 1])) / 2.0
+    else:
+        _grad(vol, i, j, k, ext, ga)
+        _grad(vol, ib, jb, kb, ext, gb)
     nn = 0.0
     for d in range(3):
         x = float(p[d] + offset[d]) + (t if d == a else 0.0)
@@ -201,19 +230,33 @@ def _crossings(b, bx, by, out, n, nz, xok, yok):
         out[r] = ((v ^ bx[r]) & mx) | (((v ^ by[r]) << np.uint8(1)) & my)
 
 
+@numba.njit(inline="always")
+def _plane_bits(vol, i, j0, k0, rows, n, level, out, width):
+    """Inside bits of rows j0 .. j0 + rows - 1 of plane i (n samples from k0) into `out`,
+    a row every `width` bytes; the bytes past n repeat the last bit, so they add no
+    axis-2 crossing."""
+    for r in range(rows):
+        o = out[r * width:(r + 1) * width]
+        _bits(vol, i, j0 + r, k0, n, level, o, False)
+        last = o[n - 1]
+        for q in range(n, width):
+            o[q] = last
+
+
 @numba.njit(parallel=True, cache=True)
-def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, vincl, tincl, ntri, tri, edge, geo, offset,
+def generate(vol, ext, level, lo, hi, chunk, vloc, tloc, vtask, ttask, voff, toff, ntri, tri, edge, geo, offset,
              vals, has_vals, keys, has_keys, dims, keybase, verts, faces, normals, vout):
     """Pass 2: write vertices, faces, normals (and sampled values, global edge keys).
 
-    `nvert`/`ntri_seg`: pass 1's counts; `vincl`/`tincl`: their inclusive scans (a
-    segment's first vertex is ``vincl - nvert``). `ext`: the samples gradients use (lo
-    then hi, inclusive); `geo`: spacing then origin.
+    `vloc`, `tloc`, `vtask`, `ttask`: pass 1's output; `voff`/`toff`: the first vertex
+    and triangle of each task (the exclusive scan of `vtask`/`ttask`, over all levels).
+    `ext`: the samples gradients use (lo then hi, inclusive); `geo`: spacing then origin.
 
     A task takes pass 1's chunk and rows, over the k range of its segments that have
-    anything to write: the inside bits of the samples read, then per row, plane by
-    plane, the crossed-edge bits and first vertex numbers of rows j and j + 1 at planes
-    i and i + 1, so every vertex number a cube needs is a lookup.
+    anything to write. Plane by plane it finds, for all its rows at once, the crossed
+    edges and first vertex number of each point and the case of each cube (loops over
+    whole planes of bytes), then writes the vertices of crossed edges and the triangles
+    of crossed cubes, found eight at a time.
     """
     m1, m2 = hi[1] - lo[1] + 1, hi[2] - lo[2] + 1
     nch = (hi[0] - lo[0]) // chunk + 1
@@ -224,8 +267,10 @@ def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, vincl, tincl, ntri
         nj = min(_ROWS, m1 - g * _ROWS)
         seg0 = (c * m1 + g * _ROWS) * m2
         ka, kb = m2, -1  # the k range of the segments with anything to write
-        for x in range(seg0, seg0 + nj * m2):
-            if nvert[x] or ntri_seg[x]:
+        send = seg0 + nj * m2
+        for x in range(seg0, send):
+            vn, tn = (vloc[x + 1], tloc[x + 1]) if x + 1 < send else (vtask[s], ttask[s])
+            if vn != vloc[x] or tn != tloc[x]:
                 ka = min(ka, (x - seg0) % m2)
                 kb = max(kb, (x - seg0) % m2)
         if kb < 0:
@@ -235,84 +280,114 @@ def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, vincl, tincl, ntri
         k0 = lo[2] + ka
         nw = kb - ka + 1  # segments written
         nx = min(kb + 1, m2 - 1) - ka + 1  # points whose edges they use
+        nb = min(kb + 2, m2 - 1) - ka + 1  # points whose bits those need
         nz = hi[2] - k0  # points with an axis-2 edge
-        S, _ = _slab(vol, i0, j0, k0, min(i1 + 2, hi[0]) - i0 + 1, min(j0 + nj + 1, hi[1]) - j0 + 1,
-                     min(kb + 2, m2 - 1) - ka + 1, level, 0, 0)
-        # Per point of rows j, j + 1 at planes i, i + 1 (by parity): crossed-edge bits and
-        # first vertex number, flat: (plane * 2 + row) * (nx + 1) + point.
-        L = nx + 1
-        X = np.zeros(4 * L, np.uint8)
-        V = np.zeros(4 * L, np.int64)
-        at = np.empty((2, 12), np.int64)  # per parity of i, per cube edge: its place at w = 0
+        ny = min(nj + 1, hi[1] - j0 + 1)  # rows j0 .. j0 + nj that exist
+        ncube_rows = min(nj, hi[1] - j0)  # rows with cubes
+        W = (nb + 8) // 8 * 8  # bytes a row: whole words, one past the points
+        PL = (nj + 2) * W  # a plane of bits: rows j0 .. j0 + nj + 1
+        XL = (nj + 1) * W  # a plane of edges and numbers: rows j0 .. j0 + nj
+        nplanes = min(i1 + 2, hi[0]) - i0 + 1
+        S = np.zeros((nplanes + 1) * PL, np.uint8)  # an all-outside plane last: read, never used
+        for p in range(nplanes):
+            _plane_bits(vol, i0 + p, j0, k0, min(nj + 2, ny + 1, hi[1] - j0 + 1), nb, level, S[p * PL:], W)
+        X64 = np.zeros(2 * XL // 8, np.uint64)  # crossed-edge bits, planes i and i + 1 by parity
+        X = X64.view(np.uint8)
+        V = np.zeros(2 * XL, np.int64)  # first vertex number at each point
+        C64 = np.zeros(XL // 8, np.uint64)  # cube cases
+        C = C64.view(np.uint8)
+        q = np.zeros(XL + 1, np.uint8)
+        T = np.zeros(nj * W, np.int64)  # next triangle of each segment
+        at = np.empty((2, 12), np.int64)  # per parity of i, per cube edge: its place in X, V at (j0, k0)
         below = np.empty(12, np.uint8)  # per cube edge: the bits of the edges numbered before it at its point
         for le in range(12):
             below[le] = (1 << edge[le, 3]) - 1
             for par in range(2):
                 pl = par if edge[le, 0] == 0 else 1 - par
-                at[par, le] = (pl * 2 + edge[le, 1]) * L + edge[le, 2]
-        T = np.empty(nw, np.int64)
-        q = np.zeros(L, np.uint8)
+                at[par, le] = pl * XL + edge[le, 1] * W + edge[le, 2]
+        for rr in range(ny):
+            for w in range(nx):
+                x = seg0 + rr * m2 + ka + w
+                V[rr * W + w] = _first(vloc, voff, x, m1, m2, ngr)
+        for rr in range(nj):
+            for w in range(nw):
+                x = seg0 + rr * m2 + ka + w
+                T[rr * W + w] = toff[s] + tloc[x]
+        _plane_edges(S, 0, PL, W, XL, X[:XL], i0 < hi[0], j0, nj, hi[1])
         ga = np.zeros(3)
         gb = np.zeros(3)
-        for rr in range(nj):
-            j = j0 + rr
-            srow = seg0 + rr * m2 + ka
-            if not (nvert[srow:srow + nw].any() or ntri_seg[srow:srow + nw].any()):
-                continue
-            yok = j < hi[1]
-            rows = 2 if yok else 1
-            for r in range(rows):
-                _crossings(S[0, rr + r], S[min(1, S.shape[0] - 1), rr + r], S[0, min(rr + r + 1, S.shape[1] - 1)],
-                           X[r * L:(r + 1) * L], nx, nz, i0 < hi[0], j + r < hi[1])
-                first, cnt, v = vincl[srow + r * m2:], nvert[srow + r * m2:], V[r * L:(r + 1) * L]
-                for w in range(nx):
-                    v[w] = first[w] - cnt[w]
-            for w in range(nw):
-                T[w] = tincl[srow + w] - ntri_seg[srow + w]
-            for i in range(i0, i1 + 1):
-                p = i - i0
-                ps, ns = p & 1, 1 - (p & 1)
-                xok = i < hi[0]
-                if xok:  # the next plane's crossings and first vertex numbers
-                    for r in range(rows):
-                        xn, vn = X[(ns * 2 + r) * L:(ns * 2 + r + 1) * L], V[(ns * 2 + r) * L:(ns * 2 + r + 1) * L]
-                        _crossings(S[p + 1, rr + r], S[min(p + 2, S.shape[0] - 1), rr + r],
-                                   S[p + 1, min(rr + r + 1, S.shape[1] - 1)], xn, nx, nz, i + 1 < hi[0],
-                                   j + r < hi[1])
-                        if i < i1:
-                            xp, vp = X[(ps * 2 + r) * L:(ps * 2 + r + 1) * L], V[(ps * 2 + r) * L:(ps * 2 + r + 1) * L]
-                            for w in range(nx):
-                                x = xp[w]
-                                vn[w] = vp[w] + ((x & 1) + ((x >> 1) & 1) + (x >> 2))
-                        else:  # the next plane starts the next chunk's segments
-                            first, cnt = vincl[srow + r * m2 + m1 * m2:], nvert[srow + r * m2 + m1 * m2:]
-                            for w in range(nx):
-                                vn[w] = first[w] - cnt[w]
-                x0, v0 = X[ps * 2 * L:], V[ps * 2 * L:]
-                for w in range(nw):
-                    xb = x0[w]
-                    if xb:
-                        n = v0[w]
+        for i in range(i0, i1 + 1):
+            p = i - i0
+            ps = p & 1
+            xc, vc = X[ps * XL:(ps + 1) * XL], V[ps * XL:(ps + 1) * XL]
+            if i < hi[0]:  # the next plane's crossings and first vertex numbers
+                xn, vn = X[(1 - ps) * XL:(2 - ps) * XL], V[(1 - ps) * XL:(2 - ps) * XL]
+                _plane_edges(S, p + 1, PL, W, XL, xn, i + 1 < hi[0], j0, nj, hi[1])
+                if i < i1:
+                    for x in range(XL):
+                        b = xc[x]
+                        vn[x] = vc[x] + ((b & 1) + ((b >> 1) & 1) + (b >> 2))
+                else:  # the next plane starts the next chunk's segments
+                    for rr in range(ny):
+                        for w in range(nx):
+                            x = seg0 + m1 * m2 + rr * m2 + ka + w
+                            vn[rr * W + w] = _first(vloc, voff, x, m1, m2, ngr)
+            xw = X64[ps * XL // 8:(ps + 1) * XL // 8]
+            for rr in range(nj):
+                for wd in range(rr * W // 8, (rr * W + nw + 7) // 8):
+                    if xw[wd] == 0:
+                        continue
+                    for x in range(wd * 8, wd * 8 + 8):
+                        xb = xc[x]
+                        w = x - rr * W
+                        if xb == 0 or w >= nw:
+                            continue
+                        n = vc[x]
                         for a in range(3):
                             if (xb >> a) & 1:
-                                _vertex(vol, ext, level, i, j, k0 + w, a, n, geo, offset, vals, has_vals, keys,
-                                        has_keys, dims, keybase, verts, normals, vout, ga, gb)
+                                _vertex(vol, ext, level, i, j0 + rr, k0 + w, a, n, geo, offset, vals, has_vals,
+                                        keys, has_keys, dims, keybase, verts, normals, vout, ga, gb)
                                 n += 1
-                if not (xok and yok):
-                    continue
-                p0, n0, n1, p1 = S[p, rr], S[p + 1, rr], S[p + 1, rr + 1], S[p, rr + 1]
-                if not _corners(p0, n0, n1, p1, q, nx) and not 0 < q[0] < 15:
-                    continue
-                ed = at[ps]
-                for w in range(min(nw, nz)):
-                    cs = q[w] | (q[w + 1] << 4)
-                    nt = ntri[cs]
-                    if nt == 0:
+            if i == hi[0] or ncube_rows <= 0:
+                continue
+            b0, b1 = S[p * PL:], S[(p + 1) * PL:]
+            b0y, b1y = S[p * PL + W:], S[(p + 1) * PL + W:]
+            n = ncube_rows * W
+            for x in range(n):
+                q[x] = b0[x] | (b1[x] << np.uint8(1)) | (b1y[x] << np.uint8(2)) | (b0y[x] << np.uint8(3))
+            qz = q[1:]
+            for x in range(n):
+                C[x] = q[x] | (qz[x] << np.uint8(4))
+            ed = at[ps]
+            last = min(nw, nz)
+            for rr in range(ncube_rows):
+                for wd in range(rr * W // 8, (rr * W + last + 7) // 8):
+                    word = C64[wd]
+                    if word == 0 or word == 0xFFFFFFFFFFFFFFFF:
                         continue
-                    tt = T[w]
-                    for t in range(nt):
-                        for c3 in range(3):
-                            le = tri[cs, 3 * t + c3]
-                            x = ed[le] + w
-                            faces[tt + t, c3] = V[x] + _popc(X[x] & below[le])
-                    T[w] = tt + nt
+                    for x in range(wd * 8, wd * 8 + 8):
+                        cs = C[x]
+                        nt = ntri[cs]
+                        if nt == 0 or x - rr * W >= last:
+                            continue
+                        tt = T[x]
+                        for t in range(nt):
+                            for c3 in range(3):
+                                le = tri[cs, 3 * t + c3]
+                                y = ed[le] + x
+                                faces[tt + t, c3] = V[y] + _popc(X[y] & below[le])
+                        T[x] = tt + nt
+
+
+@numba.njit(inline="always")
+def _plane_edges(S, p, PL, W, XL, out, xok, j0, nj, hi1):
+    """Crossed-edge bits (axis 0, 1, 2) of rows j0 .. j0 + nj of bit plane p into `out`;
+    axis 0 only when `xok`, axis 1 only below row hi1."""
+    b, bx, by, bz = S[p * PL:], S[(p + 1) * PL:], S[p * PL + W:], S[p * PL + 1:]
+    mx = np.uint8(1 if xok else 0)
+    for x in range(XL):
+        v = b[x]
+        out[x] = ((v ^ bx[x]) & mx) | ((v ^ by[x]) << np.uint8(1)) | ((v ^ bz[x]) << np.uint8(2))
+    for rr in range(max(hi1 - j0, 0), nj + 1):  # the last row and any past it: no axis-1 edge
+        for w in range(W):
+            out[rr * W + w] &= np.uint8(5)
