@@ -28,7 +28,7 @@ from ._tables import CORNERS
 
 watch_jit(__name__)  # a first call that compiles takes seconds: logged, so a slow first execute says why
 
-# _corners packs a cube's inside bits as (i, j, k) offsets 000, 100, 110, 010 (bits 0-3),
+# The kernels pack a cube's inside bits as (i, j, k) offsets 000, 100, 110, 010 (bits 0-3),
 # then the same at k + 1 (bits 4-7): the corner numbering of the case tables.
 if not (CORNERS == [(0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0), (0, 0, 1), (1, 0, 1), (1, 1, 1), (0, 1, 1)]).all():
     raise RuntimeError("render.contour._cpu: the case tables number the cube corners differently than its kernels")
@@ -54,33 +54,8 @@ def _bits(vol, i, j, k0, n, level, out, check):
 
 
 @numba.njit(inline="always")
-def _slab(vol, i0, j0, k0, planes, rows, n, level, owned_planes, owned_rows):
-    """Inside bits of the samples (i0 + p, j0 + r, k0 + q), ``p < planes, r < rows, q < n``,
-    with a zero past the last q; and how many of the first `owned_planes` x `owned_rows`
-    are not finite."""
-    S = np.zeros((planes, rows, n + 1), np.uint8)
-    bad = 0
-    for p in range(planes):
-        for r in range(rows):
-            bad += _bits(vol, i0 + p, j0 + r, k0, n, level, S[p, r], p < owned_planes and r < owned_rows)
-    return S, bad
-
-
-@numba.njit(inline="always")
 def _popc(b):
     return (b & 1) + ((b >> 1) & 1) + ((b >> 2) & 1)
-
-
-@numba.njit(inline="always")
-def _corners(p0, n0, n1, p1, out, n):
-    """``out[:n]``: the 4-bit codes of n cube faces k = const from the inside bits of rows
-    (i, j), (i + 1, j), (i + 1, j + 1), (i, j + 1); returns whether they differ."""
-    for r in range(n):
-        out[r] = p0[r] | (n0[r] << np.uint8(1)) | (n1[r] << np.uint8(2)) | (p1[r] << np.uint8(3))
-    acc = np.uint8(0)
-    for r in range(n):
-        acc |= out[r] ^ out[0]
-    return acc != 0
 
 
 def tasks(lo, hi, chunk: int) -> int:
@@ -94,20 +69,38 @@ def _first(loc, off, x, m1, m2, ngr):
     return off[(x // (m1 * m2)) * ngr + ((x // m2) % m1) // _ROWS] + loc[x]
 
 
+@numba.njit(inline="always")
+def _plane_bits(vol, i, j0, k0, rows, n, level, out, width, check, owned_rows):
+    """Inside bits of rows j0 .. j0 + rows - 1 of plane i (n samples from k0) into `out`,
+    a row every `width` bytes; the bytes past n repeat the last bit, so they add no
+    axis-2 crossing. Returns how many samples of the first `owned_rows` rows are not
+    finite when `check` (else 0)."""
+    bad = 0
+    for r in range(rows):
+        o = out[r * width:(r + 1) * width]
+        bad += _bits(vol, i, j0 + r, k0, n, level, o, check and r < owned_rows)
+        last = o[n - 1]
+        for q in range(n, width):
+            o[q] = last
+    return bad
+
+
 @numba.njit(parallel=True, cache=True)
 def count(vol, level, lo, hi, chunk, ntri, vloc, tloc, vtask, ttask):
     """Pass 1: returns the number of non-finite samples.
 
     A task takes the segments of one chunk and `_ROWS` rows j (a run of segment
-    numbers): it finds the inside bits of the samples they read once, then walks each
-    row plane by plane along contiguous k (the GPU walks each segment in its own
-    thread). Per segment its first vertex and triangle counted from its task's
-    (`vloc`, `tloc`), per task its vertices and triangles (`vtask`, `ttask`): a scan
-    of the tasks then numbers everything.
+    numbers): it finds the inside bits of the samples they read once, then walks them
+    plane by plane, all rows at once in loops over flat byte planes, looking up the
+    triangles of cubes where a 64-bit word of cases says something is crossed (the GPU
+    walks each segment in its own thread). Per segment its first vertex and triangle
+    counted from its task's (`vloc`, `tloc`), per task its vertices and triangles
+    (`vtask`, `ttask`): a scan of the tasks then numbers everything.
     """
     m1, m2 = hi[1] - lo[1] + 1, hi[2] - lo[2] + 1
     nch = (hi[0] - lo[0]) // chunk + 1
     ngr = (m1 + _ROWS - 1) // _ROWS
+    W = (m2 + 8) // 8 * 8  # bytes a row: whole words, one past the points
     bad = 0
     for s in numba.prange(nch * ngr):
         c, g = s // ngr, s % ngr
@@ -115,44 +108,54 @@ def count(vol, level, lo, hi, chunk, ntri, vloc, tloc, vtask, ttask):
         i1 = min(i0 + chunk - 1, hi[0])
         j0 = lo[1] + g * _ROWS
         nj = min(_ROWS, m1 - g * _ROWS)
-        S, nbad = _slab(vol, i0, j0, lo[2], min(i1 + 1, hi[0]) - i0 + 1, min(j0 + nj, hi[1]) - j0 + 1, m2,
-                        level, i1 - i0 + 1, nj)
-        q = np.zeros(m2 + 1, np.uint8)
-        nv = np.empty(m2, np.int32)
-        nt = np.empty(m2, np.int32)
+        PL = (nj + 1) * W  # a plane of bits: rows j0 .. j0 + nj
+        nplanes = min(i1 + 1, hi[0]) - i0 + 1
+        S = np.zeros((nplanes + 1) * PL + W, np.uint8)  # then an all-outside plane and row: read, never used
+        nbad = 0
+        for p in range(nplanes):
+            nbad += _plane_bits(vol, i0 + p, j0, lo[2], min(j0 + nj, hi[1]) - j0 + 1, m2, level, S[p * PL:], W,
+                                p <= i1 - i0, nj)
+        NL = nj * W
+        ncr = min(nj, hi[1] - j0)  # rows with cubes and axis-1 edges
+        nv = np.zeros(NL, np.int32)
+        nt = np.zeros(NL, np.int32)
+        q = np.zeros(NL + 1, np.uint8)
+        C64 = np.zeros(NL // 8, np.uint64)
+        C = C64.view(np.uint8)
+        for p in range(i1 - i0 + 1):
+            xok = i0 + p < hi[0]
+            mx = np.uint8(1 if xok else 0)
+            b, bx, by, bz = S[p * PL:], S[(p + 1) * PL:], S[p * PL + W:], S[p * PL + 1:]
+            for x in range(ncr * W):
+                v = b[x]
+                nv[x] += ((v ^ bx[x]) & mx) + (v ^ by[x]) + (v ^ bz[x])
+            for x in range(ncr * W, NL):
+                v = b[x]
+                nv[x] += ((v ^ bx[x]) & mx) + (v ^ bz[x])
+            if not xok or ncr == 0:
+                continue
+            bxy = S[(p + 1) * PL + W:]
+            n = ncr * W
+            for x in range(n):
+                q[x] = b[x] | (bx[x] << np.uint8(1)) | (bxy[x] << np.uint8(2)) | (by[x] << np.uint8(3))
+            qz = q[1:]
+            for x in range(n):
+                C[x] = q[x] | (qz[x] << np.uint8(4))
+            for wd in range(n // 8):
+                word = C64[wd]
+                if word == 0 or word == 0xFFFFFFFFFFFFFFFF:
+                    continue
+                for x in range(wd * 8, wd * 8 + 8):
+                    if x % W < m2 - 1:  # a cube: k < hi[2]
+                        nt[x] += ntri[C[x]]
         vrun, trun = 0, 0
         for rr in range(nj):
-            yok = j0 + rr < hi[1]
-            nv[:] = 0
-            nt[:] = 0
-            for p in range(i1 - i0 + 1):
-                xok = i0 + p < hi[0]
-                p0 = S[p, rr]
-                if xok and yok:
-                    n0, p1 = S[p + 1, rr], S[p, rr + 1]
-                    if _corners(p0, n0, S[p + 1, rr + 1], p1, q, m2) or 0 < q[0] < 15:
-                        for r in range(m2 - 1):
-                            nv[r] += (p0[r] ^ p0[r + 1]) + (p0[r] ^ n0[r]) + (p0[r] ^ p1[r])
-                        nv[m2 - 1] += (p0[m2 - 1] ^ n0[m2 - 1]) + (p0[m2 - 1] ^ p1[m2 - 1])
-                        for r in range(m2 - 1):
-                            nt[r] += ntri[q[r] | (q[r + 1] << 4)]
-                    continue
-                for r in range(m2 - 1):
-                    nv[r] += p0[r] ^ p0[r + 1]
-                if xok:
-                    n0 = S[p + 1, rr]
-                    for r in range(m2):
-                        nv[r] += p0[r] ^ n0[r]
-                if yok:
-                    p1 = S[p, rr + 1]
-                    for r in range(m2):
-                        nv[r] += p0[r] ^ p1[r]
             seg0 = (c * m1 + j0 + rr - lo[1]) * m2
             for r in range(m2):
                 vloc[seg0 + r] = vrun
                 tloc[seg0 + r] = trun
-                vrun += nv[r]
-                trun += nt[r]
+                vrun += nv[rr * W + r]
+                trun += nt[rr * W + r]
         vtask[s] = vrun
         ttask[s] = trun
         bad += nbad
@@ -214,35 +217,6 @@ def _vertex(vol, ext, level, i, j, k, a, n, geo, offset, vals, has_vals, keys, h
         keys[n] = keybase + ((a * dims[0] + i + offset[0]) * dims[1] + j + offset[1]) * dims[2] + k + offset[2]
 
 
-@numba.njit(inline="always")
-def _crossings(b, bx, by, out, n, nz, xok, yok):
-    """Crossed-edge bits (axis 0, 1, 2) of n points of a row: `b` their inside bits, `bx`
-    the next plane's (read when `xok`), `by` the next row's (when `yok`); axis 2 for the
-    first `nz` points only."""
-    mx = np.uint8(1 if xok else 0)
-    my = np.uint8(2 if yok else 0)
-    bz = b[1:]  # loops index from 0 with the loop variable alone, so they vectorize
-    for r in range(min(n, nz)):
-        v = b[r]
-        out[r] = ((v ^ bx[r]) & mx) | (((v ^ by[r]) << np.uint8(1)) & my) | ((v ^ bz[r]) << np.uint8(2))
-    for r in range(min(n, nz), n):
-        v = b[r]
-        out[r] = ((v ^ bx[r]) & mx) | (((v ^ by[r]) << np.uint8(1)) & my)
-
-
-@numba.njit(inline="always")
-def _plane_bits(vol, i, j0, k0, rows, n, level, out, width):
-    """Inside bits of rows j0 .. j0 + rows - 1 of plane i (n samples from k0) into `out`,
-    a row every `width` bytes; the bytes past n repeat the last bit, so they add no
-    axis-2 crossing."""
-    for r in range(rows):
-        o = out[r * width:(r + 1) * width]
-        _bits(vol, i, j0 + r, k0, n, level, o, False)
-        last = o[n - 1]
-        for q in range(n, width):
-            o[q] = last
-
-
 @numba.njit(parallel=True, cache=True)
 def generate(vol, ext, level, lo, hi, chunk, vloc, tloc, vtask, ttask, voff, toff, ntri, tri, edge, geo, offset,
              vals, has_vals, keys, has_keys, dims, keybase, verts, faces, normals, vout):
@@ -290,7 +264,8 @@ def generate(vol, ext, level, lo, hi, chunk, vloc, tloc, vtask, ttask, voff, tof
         nplanes = min(i1 + 2, hi[0]) - i0 + 1
         S = np.zeros((nplanes + 1) * PL, np.uint8)  # an all-outside plane last: read, never used
         for p in range(nplanes):
-            _plane_bits(vol, i0 + p, j0, k0, min(nj + 2, ny + 1, hi[1] - j0 + 1), nb, level, S[p * PL:], W)
+            _plane_bits(vol, i0 + p, j0, k0, min(nj + 2, ny + 1, hi[1] - j0 + 1), nb, level, S[p * PL:], W,
+                        False, 0)
         X64 = np.zeros(2 * XL // 8, np.uint64)  # crossed-edge bits, planes i and i + 1 by parity
         X = X64.view(np.uint8)
         V = np.zeros(2 * XL, np.int64)  # first vertex number at each point

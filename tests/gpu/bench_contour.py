@@ -4,8 +4,10 @@
     python tests/gpu/bench_contour.py --gpu 256 512 1024 [2048]
     python tests/gpu/bench_contour.py --parts 1024              # time of each GPU kernel
 
-CPU: best of 3 wall times of insitu (Numba), scikit-image's marching_cubes (lewiner and
-lorensen) and VTK's vtkFlyingEdges3D (normals on) on the same float32 volume and level.
+CPU: best of 5 wall times of insitu (Numba), scikit-image's marching_cubes (lewiner and
+lorensen) and VTK's vtkFlyingEdges3D (normals on) on the same float32 volume and level;
+insitu and VTK each on one thread (Numba's set_num_threads(1), VTK's Sequential SMP
+backend, its default in the wheel) and on all cores (VTK's STDThread backend).
 GPU: the whole call (two passes, scan, three scalar reads, allocation of the mesh) timed
 with CUDA events after warm-up, median of 5; set against a device-to-device copy of the
 volume in the same run (one read of the volume at copy bandwidth = half that copy).
@@ -60,7 +62,7 @@ def vtk_flying_edges(vol, level):
     return run
 
 
-def cpu(sizes):
+def cpu(sizes, reps=5):
     import numba
     import skimage
     import vtk
@@ -69,27 +71,50 @@ def cpu(sizes):
 
     from render.contour import marching_cubes
 
+    smp = vtk.vtkSMPTools
+    backend = smp.GetBackend()
+    if not smp.SetBackend("STDThread"):
+        raise RuntimeError(f"VTK {vtk.vtkVersion.GetVTKVersion()}: no STDThread SMP backend to compare threaded")
+    vtk_threads = smp.GetEstimatedNumberOfThreads()
+    nthreads = numba.get_num_threads()
+
+    def timed(f, threads, vtk_backend=None):
+        numba.set_num_threads(threads)
+        if vtk_backend:
+            smp.SetBackend(vtk_backend)
+        try:
+            return best_of(f, reps)
+        finally:
+            numba.set_num_threads(nthreads)
+            smp.SetBackend(backend)
+
     rows = []
     for n in sizes:
         vol = mandelbulb(n)
         marching_cubes(vol[:8, :8, :8], LEVEL)  # compile
-        ours, (v, f, _) = best_of(lambda: marching_cubes(vol, LEVEL))
-        lew, _ = best_of(lambda: measure.marching_cubes(vol, LEVEL))
-        lor, (sv, _, _, _) = best_of(lambda: measure.marching_cubes(vol, LEVEL, method="lorensen"))
-        fe, nfe = best_of(vtk_flying_edges(vol, LEVEL))
+        ours1, _ = timed(lambda: marching_cubes(vol, LEVEL), 1)
+        ours, (v, f, _) = timed(lambda: marching_cubes(vol, LEVEL), nthreads)
+        lew, _ = best_of(lambda: measure.marching_cubes(vol, LEVEL), reps)
+        lor, (sv, _, _, _) = best_of(lambda: measure.marching_cubes(vol, LEVEL, method="lorensen"), reps)
+        fe1, nfe = timed(vtk_flying_edges(vol, LEVEL), 1, "Sequential")
+        fe, _ = timed(vtk_flying_edges(vol, LEVEL), nthreads, "STDThread")
         assert len(v) == len(sv), (len(v), len(sv))  # lewiner adds vertices inside some cubes
-        rows.append((n, len(f), ours, lew, lor, fe, nfe))
+        rows.append((n, len(f), ours1, ours, lew, lor, fe1, fe, nfe))
         print(rows[-1], flush=True)
     out = ["### Marching cubes, CPU: Mandelbulb volume, float32, level 11", "",
-           f"Device: this project's CPU machine ({os.cpu_count()} cores; Numba {numba.__version__} with "
-           f"{numba.config.NUMBA_NUM_THREADS} threads; scikit-image {skimage.__version__}; VTK "
-           f"{vtk.vtkVersion.GetVTKVersion()}); date {datetime.date.today()}; commit {commit()}; "
-           f"command `python tests/gpu/bench_contour.py --cpu {' '.join(map(str, sizes))}`. Best of 3.", "",
-           "| grid | triangles | insitu (Numba), ms | skimage lewiner, ms | skimage lorensen, ms | "
-           "VTK FlyingEdges3D, ms | insitu Mvoxels/s | insitu Mtriangles/s | speed-up vs lewiner |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    out += [f"| {n}^3 | {nf} | {a * 1e3:.1f} | {b * 1e3:.1f} | {c * 1e3:.1f} | {d * 1e3:.1f} | "
-            f"{n ** 3 / a / 1e6:.0f} | {nf / a / 1e6:.1f} | {b / a:.1f}x |" for n, nf, a, b, c, d, _ in rows]
+           f"Device: this project's CPU machine ({os.cpu_count()} cores; Numba {numba.__version__}, "
+           f"{numba.threading_layer()} threading layer; scikit-image {skimage.__version__}; VTK "
+           f"{vtk.vtkVersion.GetVTKVersion()}, SMP backends Sequential (1 thread) and STDThread ({vtk_threads} "
+           f"threads)); date {datetime.date.today()}; commit {commit()}; command "
+           f"`python tests/gpu/bench_contour.py --cpu {' '.join(map(str, sizes))}`. Best of {reps}; "
+           f"threaded columns on {nthreads} threads; scikit-image is single-threaded.", "",
+           f"| grid | triangles | insitu (Numba) 1 thread, ms | VTK FlyingEdges3D 1 thread, ms | "
+           f"insitu {nthreads} threads, ms | VTK {nthreads} threads, ms | skimage lewiner, ms | "
+           "skimage lorensen, ms | insitu Mvoxels/s | insitu Mtriangles/s | speed-up vs lewiner |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    out += [f"| {n}^3 | {nf} | {a1 * 1e3:.1f} | {d1 * 1e3:.1f} | {a * 1e3:.1f} | {d * 1e3:.1f} | "
+            f"{b * 1e3:.1f} | {c * 1e3:.1f} | {n ** 3 / a / 1e6:.0f} | {nf / a / 1e6:.1f} | {b / a:.1f}x |"
+            for n, nf, a1, a, b, c, d1, d, _ in rows]
     return "\n".join(out) + "\n"
 
 
