@@ -9,10 +9,11 @@ scan gives every segment its first vertex and face; pass 2 walks the segments ag
 writes, finding the vertex numbers of the edges a cube shares with its three
 neighbouring segments by counting along them in step.
 
-On the CPU a task takes the segments of one chunk and `_ROWS` rows j. It compares the
-samples it reads with the level once, into a slab of inside bits (one byte a sample),
-and works on rows of those bytes along contiguous k: loops over whole rows that the
-compiler vectorises, and per-cube work only where a cube or edge is crossed.
+On the CPU a task takes the segments of one chunk and `_ROWS` rows j (a run of segment
+numbers). It compares the samples it reads with the level once, into a slab of inside
+bits (one byte a sample, rows along contiguous k), and walks it plane by plane: loops
+over whole planes of bytes that the compiler vectorises, and per-cube work only where
+a 64-bit word of edge bits or cases says something is crossed.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ watch_jit(__name__)  # a first call that compiles takes seconds: logged, so a sl
 if not (CORNERS == [(0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0), (0, 0, 1), (1, 0, 1), (1, 1, 1), (0, 1, 1)]).all():
     raise RuntimeError("render.contour._cpu: the case tables number the cube corners differently than its kernels")
 
-_ROWS = 8  # rows j a task walks: the bits of the row after them are found once per task, not once per row
+_ROWS = 16  # rows j a task walks: the bits of the row after them are found once per task, not once per row
 
 
 @numba.njit(inline="always")
