@@ -4,7 +4,7 @@
     python tests/gpu/bench_contour.py --gpu 256 512 1024 [2048]
     python tests/gpu/bench_contour.py --parts 1024              # time of each GPU kernel
 
-CPU: best of 5 wall times of insitu (Numba), scikit-image's marching_cubes (lewiner and
+CPU: best of 10 wall times of insitu (Numba), scikit-image's marching_cubes (lewiner and
 lorensen) and VTK's vtkFlyingEdges3D (normals on) on the same float32 volume and level;
 insitu and VTK each on one thread (Numba's set_num_threads(1), VTK's Sequential SMP
 backend, its default in the wheel) and on all cores (VTK's STDThread backend).
@@ -62,7 +62,7 @@ def vtk_flying_edges(vol, level):
     return run
 
 
-def cpu(sizes, reps=5):
+def cpu(sizes, reps=10):
     import numba
     import skimage
     import vtk
