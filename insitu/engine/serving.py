@@ -1,6 +1,6 @@
 """A long-lived Spark job that serves many steps: :class:`StepServer`.
 
-A Spark job costs tens of milliseconds to schedule, and its tasks' Python workers,
+A Spark job has to be scheduled, and its tasks' Python workers,
 daemon connections and the closures they unpickle are set up again for each. A
 simulation that draws a frame every step would pay that every step. The server runs one
 barrier stage instead, one task per partition, that lives until it is closed: each task

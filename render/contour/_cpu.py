@@ -71,6 +71,17 @@ def _first(loc, off, x, m1, m2, ngr):
 
 
 @numba.njit(inline="always")
+def _cases(b0, b1, b1y, b0y, n, q, C):
+    """Case codes of the first n cubes between planes b0 and b1 (rows of inside bits; b0y,
+    b1y: the next row) into C: corners 0-3 from the low-k face `q`, 4-7 from its k + 1."""
+    for x in range(n):
+        q[x] = b0[x] | (b1[x] << np.uint8(1)) | (b1y[x] << np.uint8(2)) | (b0y[x] << np.uint8(3))
+    qz = q[1:]
+    for x in range(n):
+        C[x] = q[x] | (qz[x] << np.uint8(4))
+
+
+@numba.njit(inline="always")
 def _plane_bits(vol, i, j0, k0, rows, n, level, out, width, check, owned_rows):
     """Inside bits of rows j0 .. j0 + rows - 1 of plane i (n samples from k0) into `out`,
     a row every `width` bytes; the bytes past n repeat the last bit, so they add no
@@ -135,13 +146,8 @@ def count(vol, level, lo, hi, chunk, ntri, vloc, tloc, vtask, ttask):
                 nv[x] += ((v ^ bx[x]) & mx) + (v ^ bz[x])
             if not xok or ncr == 0:
                 continue
-            bxy = S[(p + 1) * PL + W:]
             n = ncr * W
-            for x in range(n):
-                q[x] = b[x] | (bx[x] << np.uint8(1)) | (bxy[x] << np.uint8(2)) | (by[x] << np.uint8(3))
-            qz = q[1:]
-            for x in range(n):
-                C[x] = q[x] | (qz[x] << np.uint8(4))
+            _cases(b, bx, S[(p + 1) * PL + W:], by, n, q, C)
             for wd in range(n // 8):
                 word = C64[wd]
                 if word == 0 or word == 0xFFFFFFFFFFFFFFFF:
@@ -326,14 +332,8 @@ def generate(vol, ext, level, lo, hi, chunk, vloc, tloc, vtask, ttask, voff, tof
                                 n += 1
             if i == hi[0] or ncube_rows <= 0:
                 continue
-            b0, b1 = S[p * PL:], S[(p + 1) * PL:]
-            b0y, b1y = S[p * PL + W:], S[(p + 1) * PL + W:]
             n = ncube_rows * W
-            for x in range(n):
-                q[x] = b0[x] | (b1[x] << np.uint8(1)) | (b1y[x] << np.uint8(2)) | (b0y[x] << np.uint8(3))
-            qz = q[1:]
-            for x in range(n):
-                C[x] = q[x] | (qz[x] << np.uint8(4))
+            _cases(S[p * PL:], S[(p + 1) * PL:], S[(p + 1) * PL + W:], S[p * PL + W:], n, q, C)
             ed = at[ps]
             last = min(nw, nz)
             for rr in range(ncube_rows):
