@@ -32,6 +32,7 @@ from typing import Any, Sequence
 
 from insitu.errors import InsituError, PeerTimeoutError
 from insitu.pool import handoff
+from insitu.pool.client import peer_credentials
 
 from ._spark_tasks import BlockRecord, _action_task, _Ctx
 
@@ -69,6 +70,9 @@ def _serve_task(index: int, it, *, ctx: _Ctx, directory: str, token: str) -> lis
             try:
                 conn, _ = srv.accept()
             except TimeoutError:
+                continue
+            if peer_credentials(conn)[1] not in (os.getuid(), 0):
+                conn.close()  # requests are code: only this user's processes may send them (as to daemons)
                 continue
             with conn:
                 conn.settimeout(None)
