@@ -10,7 +10,7 @@ cp = pytest.importorskip("cupy")
 if not arrays.cuda_available():
     pytest.skip("needs a CUDA device (CuPy found none)", allow_module_level=True)
 
-from tests.test_ranges import reference  # noqa: E402
+from test_ranges import reference  # noqa: E402
 
 
 @pytest.mark.parametrize("shape,span", [((37, 20, 65), (32, 8, 32)), ((5, 9, 3), (2, 3, 7)),
