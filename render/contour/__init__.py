@@ -21,6 +21,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from insitu import arrays
+from insitu.ranges import as_tile_ranges
 
 from .._fields import check_volume
 from . import _cpu, _gpu
@@ -70,7 +71,7 @@ def _device_tables(device):
 
 
 def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), vals=None, dims=None, out=None,
-          name="volume"):
+          name="volume", ranges=None):
     """Mesh of the point box ``lo..hi`` (inclusive) of `vol` for each level, in order.
 
     Gradients use the samples ``ext[:3]..ext[3:]`` (default: all); `offset` is the
@@ -190,7 +191,8 @@ def _levels(level, vol, name: str = "volume") -> list[float]:
 
 def marching_cubes(volume, level: float | Sequence[float] | None = None, *,
                    spacing: Sequence[float] = (1.0, 1.0, 1.0), origin: Sequence[float] = (0.0, 0.0, 0.0),
-                   values=None, out: Sequence | None = None, region: Sequence[Sequence[int]] | None = None):
+                   values=None, out: Sequence | None = None, region: Sequence[Sequence[int]] | None = None,
+                   tile_ranges=None):
     """Isosurface(s) of `volume`.
 
     Parameters
@@ -212,6 +214,11 @@ def marching_cubes(volume, level: float | Sequence[float] | None = None, *,
         Contour only the cells ``[i0, i1) x [j0, j1) x [k0, k1)`` (a domain's real cells);
         the samples one beyond the region (ghosts) still shape the gradient normals,
         so adjacent regions' normals agree. Default: every cell.
+    tile_ranges : insitu.ranges.TileRanges or {"span", "values"}, optional
+        The volume's per-tile (min, max), from whoever wrote it (a solver's sweep): only
+        the parts whose ranges straddle a level are read. Without them the GPU path
+        computes them in one read of the volume. They must be true of `volume`: a tile
+        whose range misses a level is not looked at.
 
     Returns
     -------
@@ -225,6 +232,7 @@ def marching_cubes(volume, level: float | Sequence[float] | None = None, *,
         Only when `values` is given: that field at the vertices.
     """
     vol = _check_volume(volume)
+    ranges = None if tile_ranges is None else as_tile_ranges(tile_ranges, vol.shape, vol)
     vals = None if values is None or region is not None else _check_values(values, vol.shape, "values")
     levels = _levels(level, vol)
     lo: Sequence[int] = (0, 0, 0)
@@ -242,7 +250,7 @@ def marching_cubes(volume, level: float | Sequence[float] | None = None, *,
             vals = _check_values(values, vol.shape, "values", tuple(slice(a, b + 1) for a, b in zip(ext[:3], ext[3:])))
     direct = out is not None and _direct(out, vol, values is not None)
     mesh = _mesh(vol, levels, tuple(lo), hi, spacing=tuple(spacing), origin=tuple(origin), ext=ext, vals=vals,
-                 out=out if direct else None)
+                 out=out if direct else None, ranges=ranges)
     mesh = mesh[:4] if values is not None else mesh[:3]
     return _write_into(mesh, out) if out is not None and not direct else mesh
 
