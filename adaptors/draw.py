@@ -2,16 +2,19 @@
 
 A scene's plots become, per domain, a :class:`DomainSpec` (what to draw, with global
 colour ranges) and a list of the domain's fields (whole, ghosts included) that the spec
-names by index. :func:`draw_domain` draws them: a pseudocolor plot is contoured
-(marching cubes over the domain's real cells) and rasterized, several surfaces merged
-by depth; a volume plot is ray cast over the box of the real cells, several volumes
-merged by "over".
+names by index; a contoured field's tile ranges (:mod:`insitu.ranges`), where the
+simulation gave them, are in the list too, so they go wherever the fields go.
+:func:`draw_domain` draws them: a pseudocolor plot is contoured (marching cubes over the
+domain's real cells, given the field's tile ranges) and rasterized, several surfaces
+merged by depth; a volume plot is ray cast over the box of the real cells, several
+volumes merged by "over".
 
 Both engines hand each domain to a worker as a block and run :func:`draw_block` on it
 in a command package: the embedded engine's worker lives in the simulation's process
-(the block is the list of fields, by reference), the Spark engine's on the worker
-daemon that holds the domain's fields stacked in one cached array. Both merge the
-domains' images with :func:`merge_domains` before compositing across ranks or blocks.
+(the block is the list of arrays, by reference), the Spark engine's on the worker
+daemon that holds the domain's arrays packed in one cached array (:func:`pack_block`).
+Both merge the domains' images with :func:`merge_domains` before compositing across
+ranks or blocks.
 """
 
 from __future__ import annotations
@@ -25,17 +28,20 @@ import numpy as np
 
 from insitu import arrays
 from insitu.profile import StageTimer
+from insitu.ranges import TileRanges
 
 __all__ = ["BlockSpec", "DomainImage", "DomainSpec", "Renderers", "SurfacePlot", "View", "VolumePlot",
-           "describe_domain", "draw_block", "draw_domain", "flatten", "front_to_back", "merge_domains",
-           "stack_fields", "thread_renderers"]
+           "block_layout", "describe_domain", "draw_block", "draw_domain", "flatten", "front_to_back",
+           "merge_domains", "pack_block", "thread_renderers", "unpack_block"]
 
 
 @dataclasses.dataclass(frozen=True)
 class SurfacePlot:
     """A pseudocolor plot: the surface where field `field` crosses `levels`, coloured by
     field `color` from `lo` to `hi` through `colormap` (fields are indices into the
-    domain's field list)."""
+    domain's field list). `tile_ranges`, where given, is ``(index, span)``: the
+    ``(gi, gj, gk, 2)`` float64 per-tile ranges of `field` at that index of the list,
+    tiles of `span` samples (:class:`insitu.ranges.TileRanges`)."""
 
     field: int
     color: int
@@ -43,6 +49,7 @@ class SurfacePlot:
     lo: float
     hi: float
     colormap: str
+    tile_ranges: tuple[int, tuple[int, int, int]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,9 +206,10 @@ def draw_domain(fields: Sequence[Any], spec: DomainSpec, view: View, *, renderer
 
     Parameters
     ----------
-    fields : sequence of (nx, ny, nz) arrays
-        The domain's node fields the plots name by index, whole (ghosts included: they
-        shape the normals at the domain's faces), NumPy or CuPy.
+    fields : sequence of arrays
+        The domain's (nx, ny, nz) node fields the plots name by index, whole (ghosts
+        included: they shape the normals at the domain's faces), NumPy or CuPy, and the
+        tile ranges' values surface plots name (passed on to marching cubes).
     spec : DomainSpec
         The domain's place and its plots, with global colour ranges.
     view : View
@@ -227,7 +235,8 @@ def draw_domain(fields: Sequence[Any], spec: DomainSpec, view: View, *, renderer
             with prof.stage("contour"):
                 verts, faces, normals, vals = marching_cubes(fields[plot.field], list(plot.levels),
                                                              spacing=spec.spacing, origin=spec.origin,
-                                                             values=fields[plot.color], region=spec.cells)
+                                                             values=fields[plot.color], region=spec.cells,
+                                                             tile_ranges=_tile_ranges(fields, plot))
             if len(faces) == 0:
                 continue
             with prof.stage("render"):
@@ -253,25 +262,64 @@ def draw_domain(fields: Sequence[Any], spec: DomainSpec, view: View, *, renderer
     return DomainImage(surface, volume)
 
 
+def _tile_ranges(fields: Sequence[Any], plot: SurfacePlot) -> TileRanges | None:
+    if plot.tile_ranges is None:
+        return None
+    at, span = plot.tile_ranges
+    vol = fields[plot.field]
+    return TileRanges(fields[at], span, (int(vol.shape[0]), int(vol.shape[1]), int(vol.shape[2])))
+
+
 @dataclasses.dataclass(frozen=True)
 class BlockSpec:
-    """One domain as a worker's block: what to draw, and how the block holds the fields.
+    """One domain as a worker's block: what to draw, and how the block holds the arrays.
 
-    `dtypes` is None where the block is the list of fields itself (a worker in this
-    process), else the fields' dtypes where they are stacked in one array by
-    :func:`stack_fields` (a block cached on a worker daemon).
+    `layout` is None where the block is the list of arrays itself (a worker in this
+    process), else :func:`block_layout` of the list, packed in one array by
+    :func:`pack_block` (a block cached on a worker daemon).
     """
 
     domain: DomainSpec
-    dtypes: tuple[np.dtype, ...] | None = None
+    layout: tuple[tuple[str, tuple[int, ...]], ...] | None = None
 
 
-def stack_fields(*fields):
-    """One ``(nfields, nx, ny, nz)`` array of a domain's fields in their common dtype, on
-    their device (each comes back exactly: :func:`draw_block` casts it to its dtype)."""
-    xp = arrays.get_array_module(fields[0])
-    dtype = np.result_type(*(f.dtype for f in fields))
-    return xp.stack([f.astype(dtype, copy=False) for f in fields])
+#: Bytes each packed array starts at a multiple of (any dtype's alignment, a CUDA
+#: allocation's granularity).
+_ALIGN = 256
+
+
+def block_layout(items: Sequence[Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """``((dtype, shape), ...)`` of `items`: what :func:`unpack_block` needs."""
+    return tuple((np.dtype(a.dtype).str, tuple(int(n) for n in a.shape)) for a in items)
+
+
+def _placed(layout) -> tuple[list[tuple[int, int]], int]:
+    """Each array's (byte offset, byte count) in a packed block, and the block's size."""
+    spans, off = [], 0
+    for dtype, shape in layout:
+        n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        spans.append((off, n))
+        off += -(-n // _ALIGN) * _ALIGN
+    return spans, off
+
+
+def pack_block(*items):
+    """One 1-D uint8 array holding `items` (arrays of any dtypes and shapes: a domain's
+    fields and tile ranges) back to back in C order, on their device: one cached block
+    per domain on a worker daemon, each array given back exactly by :func:`unpack_block`."""
+    layout = block_layout(items)
+    xp = arrays.get_array_module(items[0]) if items else np
+    out = xp.empty(_placed(layout)[1], xp.uint8)
+    for a, view in zip(items, unpack_block(out, layout)):
+        view[...] = a
+    return out
+
+
+def unpack_block(block, layout) -> list:
+    """The arrays :func:`pack_block` packed with :func:`block_layout` `layout` (views of `block`)."""
+    spans, _ = _placed(layout)
+    return [block[off:off + n].view(np.dtype(dtype)).reshape(shape)
+            for (off, n), (dtype, shape) in zip(spans, layout)]
 
 
 def draw_block(block, key, specs: Mapping[Any, BlockSpec], view: View, draw: Callable[..., DomainImage],
@@ -280,8 +328,8 @@ def draw_block(block, key, specs: Mapping[Any, BlockSpec], view: View, draw: Cal
 
     Parameters
     ----------
-    block : sequence of arrays, or (nfields, nx, ny, nz) array
-        The domain's fields, as ``specs[key]`` says they are held.
+    block : sequence of arrays, or 1-D uint8 array
+        The domain's fields (and tile ranges), as ``specs[key]`` says they are held.
     key : hashable
         The domain's key in `specs`.
     specs : mapping
@@ -304,7 +352,7 @@ def draw_block(block, key, specs: Mapping[Any, BlockSpec], view: View, draw: Cal
     DomainImage, or (H, W, 9) float32 array with `pack`
     """
     s = specs[key]
-    fields = list(block) if s.dtypes is None else [block[i].astype(dt, copy=False) for i, dt in enumerate(s.dtypes)]
+    fields = list(block) if s.layout is None else unpack_block(block, s.layout)
     image = draw(fields, s.domain, view, renderers=renderers or thread_renderers(), prof=prof)
     return image.packed(view.width, view.height, like=fields[0] if fields else None) if pack else image
 
@@ -370,7 +418,8 @@ def describe_domain(plots: Sequence[tuple], i: int, domain) -> tuple[list, Domai
     Returns
     -------
     fields : list of arrays
-        The node fields the plots name, each once (by reference, ghosts included).
+        The node fields the plots name, each once (by reference, ghosts included), and
+        the tile ranges' values of the contoured fields that carry them.
     spec : DomainSpec
 
     Raises
@@ -387,6 +436,16 @@ def describe_domain(plots: Sequence[tuple], i: int, domain) -> tuple[list, Domai
             fields.append(ds.domains[i].vertex_array(name))
         return index[(id(ds), name)]
 
+    def ranges_of(ds, name: str) -> tuple[int, tuple[int, int, int]] | None:
+        # Only a vertex field's own ranges: vertex_array hands its very values to the plot.
+        f = ds.domains[i].fields.get(name)
+        if f is None or f.tile_ranges is None or f.association != "vertex":
+            return None
+        if (id(ds), name, "ranges") not in index:
+            index[(id(ds), name, "ranges")] = len(fields)
+            fields.append(f.tile_ranges.values)
+        return index[(id(ds), name, "ranges")], f.tile_ranges.span
+
     specs: list = []
     for pname, p, ds, field, lo, hi, cmap in plots:
         if p["type"] == "pseudocolor":
@@ -395,7 +454,8 @@ def describe_domain(plots: Sequence[tuple], i: int, domain) -> tuple[list, Domai
                                  "(end it with a contour or threshold filter)")
             s = ds.surface
             specs.append(SurfacePlot(at(ds, s.field), at(ds, field or s.color_default),
-                                     tuple(map(float, s.levels)), float(lo), float(hi), cmap))
+                                     tuple(map(float, s.levels)), float(lo), float(hi), cmap,
+                                     ranges_of(ds, s.field)))
         else:
             opacity = p["color_table"].get("opacity")
             specs.append(VolumePlot(at(ds, ds.volume_names.get(field, field)), float(lo), float(hi), cmap,

@@ -15,7 +15,11 @@ host or device array (:func:`insitu.arrays.asarray`: never copied) of shape
 ``(nx, ny, nz)`` for vertex fields and ``(nx-1, ny-1, nz-1)`` for element fields,
 indexed ``[i, j, k]`` in any memory order; a flat array is read as Conduit stores it
 (``i`` fastest). The ghost field (element, non-zero = ghost) must leave a box of real
-cells; without one every cell is real. :func:`uniform` builds such a dict.
+cells; without one every cell is real. A vertex field may carry its per-tile value
+ranges beside its values, ``"tile_ranges": {"span": [si, sj, sk], "values": ...}`` (or
+an :class:`insitu.ranges.TileRanges`; see :func:`insitu.ranges.as_tile_ranges`), which
+its contours pass to marching cubes so that only tiles a level can cross are read.
+:func:`uniform` builds such a dict.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from insitu import arrays
+from insitu.ranges import TileRanges, as_tile_ranges
 
 from .errors import MeshError
 
@@ -40,6 +45,9 @@ _DTYPES = ("float32", "float64", "int8", "int16", "int32", "int64", "uint8", "ui
 class Field:
     association: str  # "vertex" or "element"
     values: Any  # (nx, ny, nz) or (nx-1, ny-1, nz-1), NumPy or CuPy, never a copy
+    #: Per-tile (min, max) of `values` (vertex fields only), on their device; true of
+    #: these very values: a field derived from them is a new Field without ranges.
+    tile_ranges: TileRanges | None = None
 
 
 @dataclasses.dataclass
@@ -198,7 +206,11 @@ def _domain(m, p: str, index: int, ghost_field: str) -> MeshDomain:
         if f.get("topology", tname) != tname:
             raise MeshError(f"{fpath}topology: names {f['topology']!r}, the topology is {tname!r}")
         shape = dims if assoc == "vertex" else cdims
-        fields[str(name)] = Field(assoc, _values(_get(f, "values", fpath), shape, f"{fpath}values"))
+        values = _values(_get(f, "values", fpath), shape, f"{fpath}values")
+        ranges = f.get("tile_ranges")
+        if ranges is not None:
+            ranges = _tile_ranges(ranges, assoc, values, f"{fpath}tile_ranges")
+        fields[str(name)] = Field(assoc, values, ranges)
     cells = ((0, 0, 0), cdims)
     if ghost_field in fields:
         g = fields.pop(ghost_field)
@@ -223,6 +235,17 @@ def _values(v, shape: tuple, path: str):
         raise MeshError(f"{path}: expected {want} {'/'.join(_DTYPES[:2])} (or integer), "
                         f"got {'x'.join(map(str, a.shape))} {a.dtype}")
     return a
+
+
+def _tile_ranges(obj, association: str, values, path: str) -> TileRanges:
+    if association != "vertex":
+        raise MeshError(f"{path}: only vertex fields carry tile ranges, this field is {association}-associated")
+    try:
+        return as_tile_ranges(obj, values.shape, values, name=path)
+    except arrays.DeviceUnavailableError as e:
+        raise MeshError(str(e)) from None
+    except (TypeError, ValueError) as e:
+        raise MeshError(str(e) if str(e).startswith(path) else f"{path}: {e}") from None
 
 
 _box_cache: dict = {}  # id(ghost array) -> (weak reference, box)
@@ -264,7 +287,8 @@ def _find_real_box(g, path: str):
 
 def uniform(fields: Mapping[str, Any], *, origin: Sequence[float] = (0.0, 0.0, 0.0),
             spacing: Sequence[float] = (1.0, 1.0, 1.0), ghost: int | Sequence[Sequence[int]] = 0,
-            domain_id: int = 0, element: Sequence[str] = ()) -> dict:
+            domain_id: int = 0, element: Sequence[str] = (),
+            tile_ranges: Mapping[str, Any] | None = None) -> dict:
     """A Blueprint dict for one uniform domain (the shorter Pythonic form).
 
     Parameters
@@ -275,7 +299,17 @@ def uniform(fields: Mapping[str, Any], *, origin: Sequence[float] = (0.0, 0.0, 0
         Position of node (0, 0, 0) and the node spacing.
     ghost : int or ((lo_x, hi_x), (lo_y, hi_y), (lo_z, hi_z))
         Layers of ghost cells on each side; adds an ``ascent_ghosts`` element field.
+    tile_ranges : mapping name -> TileRanges or {"span", "values"}, optional
+        Per-tile ranges of vertex fields (:mod:`insitu.ranges`), checked by :func:`parse`.
+
+    Raises
+    ------
+    MeshError
+        `tile_ranges` names a field not in `fields`.
     """
+    unknown = sorted(set(tile_ranges or ()) - set(fields))
+    if unknown:
+        raise MeshError(f"tile_ranges: no field {', '.join(map(repr, unknown))}; fields: {', '.join(fields)}")
     name, first = next(iter(fields.items()))
     shape = tuple(int(n) + (1 if name in element else 0) for n in first.shape)
     dims = dict(zip("ijk", shape))
@@ -288,6 +322,8 @@ def uniform(fields: Mapping[str, Any], *, origin: Sequence[float] = (0.0, 0.0, 0
                    for k, v in fields.items()},
         "state": {"domain_id": int(domain_id)},
     }
+    for k, r in (tile_ranges or {}).items():
+        out["fields"][k]["tile_ranges"] = r
     widths = ((ghost, ghost),) * 3 if isinstance(ghost, int) else tuple(tuple(w) for w in ghost)
     if any(w for pair in widths for w in pair):
         out["fields"]["ascent_ghosts"] = {"association": "element", "topology": "mesh",

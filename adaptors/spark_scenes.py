@@ -7,7 +7,8 @@ Each render of a step goes like this:
    exchanges halos between ranks), global colour ranges, bounds and the camera.
 2. Every rank hands the fields its domains' plots need to its node's worker daemon in
    one command package (CUDA IPC on GPUs, shared memory on the CPU: no host copy of a
-   device field), where they are stacked into one cached block per domain.
+   device field), where they are packed into one cached block per domain (with the
+   tile ranges the simulation gave for contoured fields).
 3. Rank 0, the Spark driver, sends the blocks' records to its serving job
    (:class:`insitu.engine.serving.StepServer`: one long-lived barrier stage started at
    the first draw, so no step waits on a new Spark job); each of its tasks runs, on the
@@ -34,7 +35,8 @@ from insitu import arrays
 from insitu.engine import get_engine
 
 from . import draw as _draw
-from .draw import BlockSpec, DomainImage, View, describe_domain, draw_block, flatten, merge_domains, stack_fields
+from .draw import (BlockSpec, DomainImage, View, block_layout, describe_domain, draw_block, flatten, merge_domains,
+                   pack_block)
 from .context import Context
 from .pipelines import Dataset
 from .scenes import SceneRenderer
@@ -154,7 +156,8 @@ class SparkSceneRenderer(SceneRenderer):
         w = self._worker(device)
         pkg = Package()
         for fields, _ in per_domain:
-            pkg.add("cache", pkg.add("exec", stack_fields, None, tuple(pkg.add("send", f) for f in fields)))
+            # The fields and their tile ranges in one cached array (one block per domain).
+            pkg.add("cache", pkg.add("exec", pack_block, None, tuple(pkg.add("send", f) for f in fields)))
         try:
             handles = w.run(pkg)
         except WorkerDiedError as e:
@@ -172,7 +175,7 @@ class SparkSceneRenderer(SceneRenderer):
         for i, ((fields, spec), h) in enumerate(zip(per_domain, handles)):
             key = (rank, i)
             records.append(BlockRecord(key, h, w.socket_path, device, w.pid))
-            specs[key] = BlockSpec(spec, tuple(np.dtype(f.dtype) for f in fields))
+            specs[key] = BlockSpec(spec, block_layout(fields))
         return records, specs
 
     def _draw(self, where: str, plots: list, cam, w: int, h: int, bounds, raw: Dataset, step: int):
