@@ -217,13 +217,22 @@ def test_strided_and_integer_volumes_read_as_they_are():
     np.testing.assert_allclose(a[0], b[0], atol=1e-6)
 
 
+def crossed_edge_end(vol, level):
+    """A sample at the lower end of an axis-0 edge the level crosses."""
+    above = vol > level
+    return np.argwhere(above[:-1] != above[1:])[0]
+
+
 def test_non_finite_values_field_and_outer_ghosts():
     from insitu import Domain
 
     vol = smooth_random((20, 20, 20), 8)
     bad = vol.copy()
-    bad[3, 3, 3] = np.inf
-    with pytest.raises(ValueError, match="values: contains NaN or inf"):
+    far = np.argwhere((vol > 0.0) & (np.abs(vol) > 0.5 * np.abs(vol).max()))[0]  # no crossed edge ends here
+    bad[tuple(far)] = np.nan
+    np.testing.assert_array_equal(marching_cubes(vol, 0.0, values=bad)[1], marching_cubes(vol, 0.0)[1])
+    bad[tuple(crossed_edge_end(vol, 0.0))] = np.inf
+    with pytest.raises(ValueError, match="values: contains NaN or inf where the surface samples it"):
         marching_cubes(vol, 0.0, values=bad)
     with pytest.raises(ValueError, match="level: must be finite"):
         marching_cubes(vol, np.nan)

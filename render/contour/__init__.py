@@ -22,6 +22,7 @@ import numpy as np
 
 from insitu import arrays
 from insitu.ranges import as_tile_ranges
+from insitu.ranges import tile_ranges as compute_ranges
 
 from .._fields import check_volume
 from . import _cpu, _gpu
@@ -37,17 +38,23 @@ def _check_volume(volume, name: str = "volume"):
     return check_volume(volume, name, supported=_gpu.supported, fallback="float64")
 
 
-def _check_values(values, shape, name: str, region=...):
-    """A second field to sample: like the volume, and finite in `region` (the part read)."""
+def _check_values(values, shape, name: str):
+    """A second field to sample: like the volume (its samples are checked where they are
+    read: at the surface's edges, see _check_sampled)."""
     vals = _check_volume(values, name)
     if vals.shape != shape:
         raise ValueError(f"{name}: shape {vals.shape} differs from the volume's {shape}")
-    if vals.dtype.kind == "f":
-        part = vals[region]
-        ok = _all_finite()(part) if arrays.is_device_array(part) else np.isfinite(part).all()
-        if not arrays.scalar_to_host(ok):
-            raise ValueError(f"{name}: contains NaN or inf")
     return vals
+
+
+def _check_sampled(vout, name: str) -> None:
+    """Raise unless the values sampled at the vertices are finite (a NaN or inf at either
+    end of a crossed edge makes its vertex's value non-finite)."""
+    if len(vout) == 0:
+        return
+    ok = _all_finite()(vout) if arrays.is_device_array(vout) else np.isfinite(vout).all()
+    if not arrays.scalar_to_host(ok):
+        raise ValueError(f"{name}: contains NaN or inf where the surface samples it")
 
 
 @functools.cache
@@ -71,7 +78,7 @@ def _device_tables(device):
 
 
 def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), vals=None, dims=None, out=None,
-          name="volume", ranges=None):
+          name="volume", ranges=None, vname="values"):
     """Mesh of the point box ``lo..hi`` (inclusive) of `vol` for each level, in order.
 
     Gradients use the samples ``ext[:3]..ext[3:]`` (default: all); `offset` is the
@@ -96,15 +103,21 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     if gpu:  # per segment its start within its tile, per tile its totals (see _gpu.count)
         ntiles = _gpu.tile_count(lo, hi, chunk)
         local = xp.empty((2, len(levels), nseg), xp.int32)
-        tiles = xp.empty((2, len(levels), ntiles), xp.int32)
+        tiles = xp.zeros((2, len(levels), ntiles), xp.int32)  # tiles of units not visited hold nothing
+        nunits = int(np.prod(_gpu.unit_grid(lo, hi, chunk)))
+        units = xp.zeros((len(levels), 1 + nunits), xp.int32)  # per level: how many, which (see _gpu.select)
+        active = xp.empty(nunits, xp.uint8)
+        if ranges is None:
+            ranges = compute_ranges(vol)
     else:  # per segment its start within its task, per task its totals (see _cpu.count)
         ntasks = _cpu.tasks(lo, hi, chunk)
         tasks = np.empty((2, len(levels), ntasks), np.int64)
     bad = xp.zeros(3, xp.uint64) if gpu else 0  # GPU: non-finite flag, vertex and triangle totals
     for n, lev in enumerate(levels):
         if gpu:
+            _gpu.select(ranges, lev, lo, hi, chunk, active, units[n])
             _gpu.count(vol, ext, lev, lo, hi, chunk, tables, counts[0, n], counts[1, n], local[0, n], local[1, n],
-                       tiles[0, n], tiles[1, n], bad)
+                       tiles[0, n], tiles[1, n], bad, units[n])
         else:
             bad += _cpu.count(vol, lev, lo_a, hi_a, chunk, tables[0], counts[0, n], counts[1, n], tasks[0, n],
                               tasks[1, n])
@@ -146,7 +159,7 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
             starts = (local[0, n], local[1, n], tiles[0, n], tiles[1, n], vti[lev_tiles], tti[lev_tiles])
             _gpu.generate(vol, ext, lev, lo, hi, chunk, counts[0, n], counts[1, n], starts, vstart,
                           vend[n] - vstart, tables, geo, offset, vals, mesh[4], kdims, n * per_level, *mesh[:4],
-                          vedge)
+                          vedge, units[n])
         else:
             at = slice(n * ntasks, (n + 1) * ntasks)
             _cpu.generate(vol, ext, lev, lo_a, hi_a, chunk, counts[0, n], counts[1, n], tasks[0, n], tasks[1, n],
@@ -156,6 +169,8 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
                           mesh[4] if dims is not None else np.zeros(1, np.int64), dims is not None,
                           kdims, n * per_level, mesh[0], mesh[1], mesh[2],
                           mesh[3] if vals is not None else np.zeros(1, np.float32))
+    if vals is not None:
+        _check_sampled(mesh[3], vname)
     return tuple(mesh)
 
 
@@ -205,7 +220,9 @@ def marching_cubes(volume, level: float | Sequence[float] | None = None, *,
     spacing, origin : (3,) floats
         World geometry of the grid.
     values : (X, Y, Z) array, optional
-        A second field, interpolated at the vertices (to colour by).
+        A second field, interpolated at the vertices (to colour by); a NaN or inf at an
+        end of a crossed edge raises ValueError (samples the surface does not touch are
+        not read).
     out : (verts, faces, normals[, vals]) arrays, optional
         Buffers to write the mesh into (a renderer's vertex and index buffers, say):
         float32 (>= V, 3), int32 (>= F, 3), float32 (>= V, 3)[, float32 (>= V,)]. The
@@ -233,7 +250,7 @@ def marching_cubes(volume, level: float | Sequence[float] | None = None, *,
     """
     vol = _check_volume(volume)
     ranges = None if tile_ranges is None else as_tile_ranges(tile_ranges, vol.shape, vol)
-    vals = None if values is None or region is not None else _check_values(values, vol.shape, "values")
+    vals = None if values is None else _check_values(values, vol.shape, "values")
     levels = _levels(level, vol)
     lo: Sequence[int] = (0, 0, 0)
     hi, ext = [n - 1 for n in vol.shape], None
@@ -246,8 +263,6 @@ def marching_cubes(volume, level: float | Sequence[float] | None = None, *,
             raise ValueError(f"region: cells {region!r} must be a non-empty box inside the "
                              f"{tuple(n - 1 for n in vol.shape)} cells of the volume")
         ext = [max(a - 1, 0) for a in lo] + [min(b + 1, n - 1) for b, n in zip(hi, vol.shape)]
-        if values is not None:
-            vals = _check_values(values, vol.shape, "values", tuple(slice(a, b + 1) for a, b in zip(ext[:3], ext[3:])))
     direct = out is not None and _direct(out, vol, values is not None)
     mesh = _mesh(vol, levels, tuple(lo), hi, spacing=tuple(spacing), origin=tuple(origin), ext=ext, vals=vals,
                  out=out if direct else None, ranges=ranges)
@@ -336,10 +351,9 @@ def marching_cubes_blocks(domain, blocks: Mapping[int, object], level: float | S
         hi = [min(b.hi[a], dims[a] - 1) - offset[a] for a in range(3)]  # last point: first of the next block
         vals = None
         if values is not None:
-            vals = _check_values(values[gid], b.padded_shape, f"values of block {gid}",
-                                 tuple(slice(ext[a], ext[3 + a] + 1) for a in range(3)))
+            vals = _check_values(values[gid], b.padded_shape, f"values of block {gid}")
         mesh = _mesh(vol, levels, lo, hi, spacing=domain.spacing, origin=domain.origin, ext=ext, offset=offset,
-                     vals=vals, dims=dims, name=f"block {gid}")
+                     vals=vals, dims=dims, name=f"block {gid}", vname=f"values of block {gid}")
         if len(mesh[1]):
             parts.append(mesh)
     xp = arrays.get_array_module(next(iter(blocks.values()))) if blocks else np

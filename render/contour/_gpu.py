@@ -6,12 +6,20 @@ turned into one bit of a ballot, so a point's neighbours are neighbouring bits a
 cube cases, crossed edges and their counts come from bit operations on the masks. A
 plane where no bit within reach differs is stepped over after its loads.
 
+Both passes work on units: a chunk of planes x 24 rows j x 30 points k. Only units where
+the level can be crossed are visited: mc_units tests each unit's samples against the
+volume's per-tile (min, max) (insitu.ranges), mc_list lists those units and the ones
+whose segments they number vertices from (one unit further along each axis), and the
+passes' blocks loop over that list (a grid sized to the GPU, not to the volume). So a
+surface touching a few percent of a large volume costs a few percent of its reads.
+
 Pass 1 (mc_count) counts vertices and triangles per segment, scans them within each
-warp's 31 segments (the first level of the scan; the caller scans the tile totals) and
-adds up the totals in 64 bits; pass 2 (mc_walk) writes faces and, per vertex, its
-packed edge, skipping warps whose segments have nothing; a flat kernel (mc_vertex) then
-computes the vertices one per thread (the gradients need registers that would starve
-the walk of occupancy).
+warp's 30 segments (the first level of the scan; the caller scans the tile totals, zero
+where no unit was visited) and adds up the totals in 64 bits; pass 2 (mc_walk) writes
+faces and, per vertex, its packed edge, skipping warps whose segments have nothing; a
+flat kernel (mc_vertex) then computes the vertices one per thread (the gradients need
+registers that would starve the walk of occupancy). Vertex and face numbers are those
+of a pass over every segment (unvisited ones hold nothing).
 """
 
 from __future__ import annotations
@@ -39,10 +47,69 @@ _SOURCE = r"""
 #define EDGE_K {%(e2)s}
 #define EDGE_A {%(ea)s}
 #define FULL 0xFFFFFFFFu
-#define TILE %(tile)s  // segments along k per pass-1 warp: a tile of the two-level scan
+#define TILE %(tile)s  // segments along k per warp: a tile of the two-level scan
+#define UROWS 24  // rows j per unit (8 warps of 3 rows in pass 1, 3 x 8 warps of 1 row in pass 2)
 
 struct Vol { long long s0, s1, s2; int elo[3], ehi[3]; };  // strides; samples gradients use
-struct Box { int lo0, lo1, lo2, hi0, hi1, hi2, chunk; };
+struct Box { int lo0, lo1, lo2, hi0, hi1, hi2, chunk, nbx, nby; };  // nbx, nby: units along j, k
+
+// Unit u = (c * nbx + bx) * nby + by: chunk c, rows lo1 + UROWS bx .., points lo2 + TILE by ..
+__device__ __forceinline__ void unit_of(int u, const Box& b, int& bx, int& by, int& c) {
+    by = u %% b.nby;
+    bx = (u / b.nby) %% b.nbx;
+    c = u / (b.nby * b.nbx);
+}
+
+// Whether the level can be crossed in unit u: the union of the (min, max) of the tiles
+// its samples lie in (its cubes' and edges' samples: one more plane, row and point than
+// it owns) straddles the level, or some tile holds a NaN or inf (the passes then read the
+// samples, and report them).
+__global__ void mc_units(const double* __restrict__ rng, const int si, const int sj, const int sk, const int gj,
+                         const int gk, const Box b, const double level, const int n,
+                         unsigned char* __restrict__ active) {
+    const int u = blockIdx.x * blockDim.x + threadIdx.x;
+    if (u >= n) return;
+    int bx, by, c;
+    unit_of(u, b, bx, by, c);
+    const int i0 = b.lo0 + c * b.chunk, i1 = min(i0 + b.chunk, b.hi0);
+    const int j0 = b.lo1 + UROWS * bx, j1 = min(j0 + UROWS, b.hi1);
+    const int k0 = b.lo2 + TILE * by, k1 = min(k0 + TILE, b.hi2);
+    double lo = 1.0 / 0.0, hi = -1.0 / 0.0;
+    bool nan = false;
+    for (int ti = i0 / si; ti <= i1 / si; ++ti)
+        for (int tj = j0 / sj; tj <= j1 / sj; ++tj)
+            for (int tk = k0 / sk; tk <= k1 / sk; ++tk) {
+                const long long t = ((long long)ti * gj + tj) * gk + tk;
+                const double mn = rng[2 * t], mx = rng[2 * t + 1];
+                nan |= mn != mn || mx != mx;
+                lo = fmin(lo, mn);
+                hi = fmax(hi, mx);
+            }
+    active[u] = nan || (lo <= level && hi > level);
+}
+
+// The units both passes visit: the active ones and those one unit further along j, k and
+// the chunks (pass 2 numbers vertices from the segments there, so pass 1 must count
+// them). units[0]: their number, units[1 ..]: the list (in no particular order).
+__global__ void mc_list(const unsigned char* __restrict__ active, const Box b, const int n, int* __restrict__ units) {
+    const int u = blockIdx.x * blockDim.x + threadIdx.x;
+    bool take = false;
+    if (u < n) {
+        int bx, by, c;
+        unit_of(u, b, bx, by, c);
+        for (int dc = 0; dc <= min(c, 1); ++dc)
+            for (int dx = 0; dx <= min(bx, 1); ++dx)
+                for (int dy = 0; dy <= min(by, 1); ++dy)
+                    take |= active[((c - dc) * b.nbx + bx - dx) * b.nby + by - dy] != 0;
+    }
+    const unsigned m = __ballot_sync(FULL, take);
+    if (!m) return;
+    const int lane = threadIdx.x & 31, first = __ffs(m) - 1;
+    int base = 0;
+    if (lane == first) base = atomicAdd(units, __popc(m));
+    base = __shfl_sync(FULL, base, first);
+    if (take) units[1 + base + __popc(m & ((1u << lane) - 1u))] = u;
+}
 
 template <typename T>
 __device__ __forceinline__ double at(const T* v, const Vol& g, int i, int j, int k) {
@@ -107,28 +174,32 @@ __device__ __forceinline__ int case_of(int q) {
 // A segment is a run of at most b.chunk points along axis 0 at one (j, k): segment
 // ((c * m1) + j - lo1) * m2 + k - lo2 for chunk c. Pass 1: a warp counts the vertices
 // (crossed edges starting at its points) and triangles of the segments of R rows
-// j0 .. j0 + R - 1 and the 31 points k0 .. k0 + 30 (lane 31 only lends its samples),
+// j0 .. j0 + R - 1 and the TILE points k0 .. k0 + TILE - 1 (lanes beyond lend samples),
 // walking the chunk's planes; planes where the warp's samples all lie on one side cost
 // the loads and ballots only. Every sample of the box is also tested for NaN and inf.
 template <typename T, int R, int MINB>
 __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, const Vol g, const Box b,
         const double level, const float levelf, const signed char* __restrict__ ntri, int* nvert_out,
         int* ntri_out, int* __restrict__ vloc, int* __restrict__ tloc, int* __restrict__ vtile,
-        int* __restrict__ ttile, unsigned long long* stats) {
+        int* __restrict__ ttile, unsigned long long* stats, const int* __restrict__ units) {
     __shared__ unsigned char s_ntri[256];  // by quad() bits
     const int tid = threadIdx.y * 32 + threadIdx.x;
     for (int q = tid; q < 256; q += blockDim.x * blockDim.y) s_ntri[q] = ntri[case_of(q)];
     __syncthreads();
     const int lane = threadIdx.x;
+    const int nunits = units[0];
+    for (int un = blockIdx.x; un < nunits; un += gridDim.x) {
+    int bx, by, c;
+    unit_of(units[1 + un], b, bx, by, c);
     // The 8 warps of a block take consecutive row groups (they share the rows between).
-    const int j0 = b.lo1 + R * (blockIdx.x * blockDim.y + threadIdx.y);
-    const int k = b.lo2 + TILE * blockIdx.y + lane;
-    if (j0 > b.hi1 || k - lane > b.hi2) return;
+    const int j0 = b.lo1 + UROWS * bx + R * threadIdx.y;
+    const int k = b.lo2 + TILE * by + lane;
+    if (j0 > b.hi1 || k - lane > b.hi2) continue;
     const int m1 = b.hi1 - b.lo1 + 1, m2 = b.hi2 - b.lo2 + 1;
-    const bool kin = k <= b.hi2, own = kin && lane < 31;
+    const bool kin = k <= b.hi2, own = kin && lane < TILE;
     const int nrow = min(R + 1, b.hi1 - j0 + 1);  // rows j0 + r that exist
     const unsigned U = __ballot_sync(FULL, kin), K2 = __ballot_sync(FULL, lane < 31 && k < b.hi2);
-    const int c = blockIdx.z, i0 = b.lo0 + c * b.chunk, i1 = min(i0 + b.chunk - 1, b.hi0);
+    const int i0 = b.lo0 + c * b.chunk, i1 = min(i0 + b.chunk - 1, b.hi0);
     const long long s0 = g.s0, s1 = g.s1;
     const T* p = v + i0 * s0 + j0 * s1 + (long long)k * g.s2;
     int nv[R], nt[R];
@@ -186,9 +257,9 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
         }
     };
     if (nrow == R + 1 && U == FULL) run(Bool<true>()); else run(Bool<false>());
-    // The first level of the scan: a tile is the 31 segments of one row a warp counts;
+    // The first level of the scan: a tile is the TILE segments of one row a warp counts;
     // vloc/tloc: a segment's first vertex/face within its tile, vtile/ttile: the tile's
-    // totals (tile (c * m1 + j - lo1) * gridDim.y + blockIdx.y, in segment order).
+    // totals (tile (c * m1 + j - lo1) * nby + by, in segment order).
     #pragma unroll
     for (int r = 0; r < R; ++r) {
         if (r >= nrow) continue;
@@ -207,8 +278,8 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
             tloc[seg] = st - nt[r];
         }
         if (lane == 31) {
-            vtile[row * gridDim.y + blockIdx.y] = sv;
-            ttile[row * gridDim.y + blockIdx.y] = st;
+            vtile[row * b.nby + by] = sv;
+            ttile[row * b.nby + by] = st;
         }
     }
     // stats: warps that met NaN or inf, vertices, triangles (exact: the caller's scans are int32)
@@ -223,6 +294,7 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
         if (nan) atomicAdd(stats, 1ull);
         if (sv) atomicAdd(stats + 1, (unsigned long long)sv);
         if (st) atomicAdd(stats + 2, (unsigned long long)st);
+    }
     }
 }
 
@@ -250,8 +322,8 @@ __device__ __forceinline__ int edge_bits(const unsigned* X, int s) {
 }
 
 // Pass 2: faces, and the edge of each vertex a segment owns (positions come in mc_vertex,
-// one thread per vertex). A warp walks the segments of one row j and 30 points k0 .. k0 +
-// 29 (lanes 30, 31 lend samples), keeping for each its running vertex numbers in the four
+// one thread per vertex). A warp walks the segments of one row j and TILE = 30 points k0 ..
+// k0 + 29 (lanes 30, 31 lend samples), keeping for each its running vertex numbers in the four
 // segments (j + dj, k + dk) whose vertices its cubes use; warps whose segments have
 // nothing leave at once, planes with no crossed edge in reach are stepped over. Vertex
 // and face numbers fit int32 (checked by the caller).
@@ -261,7 +333,7 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
         const int* __restrict__ vloc, const int* __restrict__ tloc, const int* __restrict__ vtile,
         const int* __restrict__ ttile, const int* __restrict__ vti, const int* __restrict__ tti, const int ntk,
         const signed char* __restrict__ ntri, const signed char* __restrict__ tri,
-        int* __restrict__ faces, long long* __restrict__ vedge) {
+        int* __restrict__ faces, long long* __restrict__ vedge, const int* __restrict__ units) {
     __shared__ unsigned char s_case[256], s_ntri[256];  // case by quad() bits; triangles by case
     __shared__ __align__(16) unsigned char s_tri[256 * 16];  // a case's 15 triangle edges in 16 bytes
     __shared__ int s_vid[12 * 256];  // vertex number per cube edge, per thread
@@ -272,15 +344,20 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     __syncthreads();
     const int lane = threadIdx.x;
     const int m1 = b.hi1 - b.lo1 + 1, m2 = b.hi2 - b.lo2 + 1;
-    // The 8 warps of a block take consecutive rows: each loads rows j .. j + 2, so most
+    const int nunits = units[0];
+    // A unit's rows in three rounds of the 8 warps: each loads rows j .. j + 2, so most
     // of their loads hit in L1.
-    const int r1 = blockIdx.x * blockDim.y + threadIdx.y, j = b.lo1 + r1;
-    const int r2 = 30 * blockIdx.y + lane, k = b.lo2 + r2;
-    if (j > b.hi1 || k - lane > b.hi2) return;
-    const bool kin = k <= b.hi2, own = kin && lane < 30;
-    const int c = blockIdx.z, i0 = b.lo0 + c * b.chunk, i1 = min(i0 + b.chunk - 1, b.hi0);
+    for (int un = blockIdx.x; un < nunits; un += gridDim.x) {
+    int bx, by, c;
+    unit_of(units[1 + un], b, bx, by, c);
+    for (int round = 0; round < 3; ++round) {
+    const int r1 = UROWS * bx + 8 * round + threadIdx.y, j = b.lo1 + r1;
+    const int r2 = TILE * by + lane, k = b.lo2 + r2;
+    if (j > b.hi1 || k - lane > b.hi2) continue;
+    const bool kin = k <= b.hi2, own = kin && lane < TILE;
+    const int i0 = b.lo0 + c * b.chunk, i1 = min(i0 + b.chunk - 1, b.hi0);
     const long long seg = ((long long)c * m1 + r1) * m2 + r2;
-    if (!__any_sync(FULL, own && (nvert[seg] | ntri_seg[seg]))) return;
+    if (!__any_sync(FULL, own && (nvert[seg] | ntri_seg[seg]))) continue;
     const int nrow = min(3, b.hi1 - j + 1);
     const unsigned K2 = __ballot_sync(FULL, lane < 31 && k < b.hi2);
     const bool cube_jk = own && j < b.hi1 && k < b.hi2;
@@ -386,6 +463,8 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
         }
     };
     if (nrow == 3 && k - lane + 31 <= b.hi2) run(Bool<true>()); else run(Bool<false>());
+    }
+    }
 }
 
 // np.gradient (unit spacing) along one axis at sample c (index x of the samples lo .. hi
@@ -471,14 +550,26 @@ def _module():
     subst["ea"] = ", ".join(str(int(x)) for x in EDGE_AXIS)
     subst["tile"] = _TILE
     names = [f"mc_{kind}<{t}, {args}>" for kind, args in _KERNELS.items() for t in _TYPES.values()]
+    names += ["mc_units", "mc_list"]
     compiling(_log, "the marching cubes kernels (mc_*)", cupy_cache_dir())
     return cupy.RawModule(code=_SOURCE % subst, options=("-std=c++14", "-default-device"),
                            name_expressions=names)
 
 
 @functools.cache
-def _kernel(kind: str, dtype):
+def _kernel(kind: str, dtype=None):
+    if dtype is None:
+        return _module().get_function(f"mc_{kind}")
     return _module().get_function(f"mc_{kind}<{_TYPES[np.dtype(dtype)]}, {_KERNELS[kind]}>")
+
+
+@functools.cache
+def _blocks_per_launch(kind: str, device: int) -> int:
+    """Blocks of a pass's launch: as many as the GPU keeps resident (they loop over the units)."""
+    import cupy
+
+    sms = cupy.cuda.Device(device).attributes["MultiProcessorCount"]
+    return int(sms) * int(_KERNELS[kind].split(",")[-1])
 
 
 @functools.cache
@@ -494,7 +585,7 @@ def _struct(dtype_fields, values) -> np.ndarray:
 
 
 _VOL = [("s0", "i8"), ("s1", "i8"), ("s2", "i8"), ("elo", "3i4"), ("ehi", "3i4")]
-_BOX = [(n, "i4") for n in ("lo0", "lo1", "lo2", "hi0", "hi1", "hi2", "chunk")]
+_BOX = [(n, "i4") for n in ("lo0", "lo1", "lo2", "hi0", "hi1", "hi2", "chunk", "nbx", "nby")]
 
 
 _OUT = [("sp", "3f8"), ("isp", "3f8"), ("org", "3f8"), ("off", "3i8"), ("dims", "3i8"), ("keybase", "i8"),
@@ -511,7 +602,7 @@ def _vol_record(strides: tuple, ext: tuple):
 
 @functools.lru_cache(maxsize=256)
 def _box(lo: tuple, hi: tuple, chunk: int):
-    return _struct(_BOX, [*lo, *hi, chunk])
+    return _struct(_BOX, [*lo, *hi, chunk, *unit_grid(lo, hi, chunk)[1:]])
 
 
 def _vol(a, ext):
@@ -519,13 +610,6 @@ def _vol(a, ext):
     if any(s % item for s in a.strides):
         raise ValueError(f"marching_cubes: strides {a.strides} are not multiples of the item size {item}")
     return _vol_record(tuple(s // item for s in a.strides), tuple(int(x) for x in ext))
-
-
-def _grid(lo, hi, chunk, lanes, rows):
-    """Blocks of 8 warps over consecutive row groups; a warp covers `lanes` points along k
-    and `rows` rows j of one chunk (grid x: rows, which may number 2^20)."""
-    m = [h - l + 1 for l, h in zip(lo, hi)]
-    return (-(-m[1] // (8 * rows)), -(-m[2] // lanes), (m[0] - 1) // chunk + 1), (32, 8)
 
 
 @functools.lru_cache(maxsize=256)
@@ -536,7 +620,28 @@ def _levelf(level: float) -> np.float32:
     return np.nextafter(f, np.float32(-np.inf)) if float(f) > level else f
 
 
-_TILE = 31  # segments along k per tile of the two-level scan: the points a pass-1 warp owns
+_TILE = 30  # segments along k per tile of the two-level scan: the points a warp owns
+_UROWS = 24  # rows j per unit: 8 warps of 3 rows in pass 1
+assert 8 * int(_KERNELS["count"].split(",")[0]) == _UROWS
+
+
+def unit_grid(lo, hi, chunk) -> tuple[int, int, int]:
+    """Units of the box along (chunks, rows j, points k): what both passes visit or skip."""
+    m = [h - l + 1 for l, h in zip(lo, hi)]
+    return (m[0] - 1) // chunk + 1, -(-m[1] // _UROWS), -(-m[2] // _TILE)
+
+
+def select(ranges, level, lo, hi, chunk, active, units) -> None:
+    """The units the passes visit at `level`, from the volume's TileRanges: `active` (uint8,
+    one per unit) scratch, `units` (int32, 1 + units) gets their number and list; its
+    first element must be zero."""
+    n = int(np.prod(unit_grid(lo, hi, chunk)))
+    box = _box(tuple(lo), tuple(hi), chunk)
+    rng = ranges.values
+    blocks = (-(-n // 256),)
+    _kernel("units")(blocks, (256,), (rng, *(np.int32(x) for x in ranges.span), np.int32(rng.shape[1]),
+                                      np.int32(rng.shape[2]), box, np.float64(level), np.int32(n), active))
+    _kernel("list")(blocks, (256,), (active, box, np.int32(n), units))
 
 
 def tile_count(lo, hi, chunk) -> int:
@@ -545,20 +650,27 @@ def tile_count(lo, hi, chunk) -> int:
     return ((m[0] - 1) // chunk + 1) * m[1] * -(-m[2] // _TILE)
 
 
-def count(vol, ext, level, lo, hi, chunk, tables, nvert_out, ntri_out, vloc, tloc, vtile, ttile, stats) -> None:
-    """Pass 1 (see _cpu.count) and the first level of the scan: per segment its counts and
-    its first vertex and face within its tile (`vloc`, `tloc`), per tile its totals
-    (`vtile`, `ttile`; see tile_count). Adds to the device uint64 `stats`: [0] the number
-    of warps that met a non-finite sample, [1] vertices, [2] triangles (totals in 64
-    bits, so int32 scans can be trusted when these fit int32)."""
-    grid, tile = _grid(lo, hi, chunk, _TILE, int(_KERNELS["count"].split(",")[0]))
+def _launch(kind: str, vol, lo, hi, chunk) -> tuple:
+    n = int(np.prod(unit_grid(lo, hi, chunk)))
+    return (min(n, _blocks_per_launch(kind, vol.device.id)),), (32, 8)
+
+
+def count(vol, ext, level, lo, hi, chunk, tables, nvert_out, ntri_out, vloc, tloc, vtile, ttile, stats,
+          units) -> None:
+    """Pass 1 (see _cpu.count) over the units listed by select() and the first level of
+    the scan: per segment its counts and its first vertex and face within its tile
+    (`vloc`, `tloc`), per tile its totals (`vtile`, `ttile`, zeroed by the caller; see
+    tile_count). Adds to the device uint64 `stats`: [0] the number of warps that met a
+    non-finite sample, [1] vertices, [2] triangles (totals in 64 bits, so int32 scans can
+    be trusted when these fit int32)."""
+    grid, block = _launch("count", vol, lo, hi, chunk)
     box = _box(tuple(lo), tuple(hi), chunk)
-    _kernel("count", vol.dtype)(grid, tile, (vol, _vol(vol, ext), box, np.float64(level), _levelf(level), tables[0],
-                                             nvert_out, ntri_out, vloc, tloc, vtile, ttile, stats))
+    _kernel("count", vol.dtype)(grid, block, (vol, _vol(vol, ext), box, np.float64(level), _levelf(level), tables[0],
+                                              nvert_out, ntri_out, vloc, tloc, vtile, ttile, stats, units))
 
 
 def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, starts, vstart, vcount, tables, geo,
-             offset, vals, keys, dims, keybase, verts, faces, normals, vout, vedge) -> None:
+             offset, vals, keys, dims, keybase, verts, faces, normals, vout, vedge, units) -> None:
     """Pass 2 (see _cpu.generate) for one level: faces and vertex edges per segment, then
     vertices ``vstart .. vstart + vcount - 1`` one per thread. `starts`: count()'s vloc,
     tloc, vtile, ttile and the inclusive int32 scans of vtile and ttile (global
@@ -570,10 +682,10 @@ def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, starts, vstart, vc
         return
     box = _box(tuple(lo), tuple(hi), chunk)
     g = _vol(vol, ext)
-    grid, tile = _grid(lo, hi, chunk, 30, 1)
-    ntk = -(-(hi[2] - lo[2] + 1) // _TILE)
-    _kernel("walk", vol.dtype)(grid, tile, (vol, g, box, np.float64(level), _levelf(level), nvert, ntri_seg, *starts,
-                                            np.int32(ntk), tables[0], tables[1], faces, vedge))
+    grid, block = _launch("walk", vol, lo, hi, chunk)
+    ntk = unit_grid(lo, hi, chunk)[2]
+    _kernel("walk", vol.dtype)(grid, block, (vol, g, box, np.float64(level), _levelf(level), nvert, ntri_seg,
+                                             *starts, np.int32(ntk), tables[0], tables[1], faces, vedge, units))
     ptr = lambda a: 0 if a is None else a.data.ptr  # noqa: E731
     vg = _vol(vals, ext) if vals is not None else np.zeros((), _record(tuple(_VOL)))
     o = _struct(_OUT, [geo[:3], 1.0 / geo[:3], geo[3:], offset, dims, keybase, ptr(verts), ptr(faces),

@@ -172,12 +172,13 @@ def parts(sizes, reps=7):
     import cupy as cp
     from mandelbulb import mandelbulb
 
+    from insitu import ranges
     from render.contour import _gpu, marching_cubes
 
-    launch = _gpu._kernel
+    launch, summarize = _gpu._kernel, ranges._gpu_ranges
     times = collections.defaultdict(list)
 
-    def timed(kind, dtype):
+    def timed(kind, dtype=None):
         f = launch(kind, dtype)
 
         def run(*args):
@@ -189,13 +190,21 @@ def parts(sizes, reps=7):
             times[kind].append(cp.cuda.get_elapsed_time(a, b))
         return run
 
+    def timed_ranges(*args):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        summarize(*args)
+        b.record()
+        b.synchronize()
+        times["ranges"].append(cp.cuda.get_elapsed_time(a, b))
+
     dev = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
     rows = []
     for n in sizes:
         vol = mandelbulb(n, xp=cp)
         marching_cubes(vol, LEVEL)
         times.clear()
-        _gpu._kernel = timed
+        _gpu._kernel, ranges._gpu_ranges = timed, timed_ranges
         try:
             for _ in range(reps):
                 a, b = cp.cuda.Event(), cp.cuda.Event()
@@ -205,12 +214,12 @@ def parts(sizes, reps=7):
                 b.synchronize()
                 times["whole call"].append(cp.cuda.get_elapsed_time(a, b))
         finally:
-            _gpu._kernel = launch
+            _gpu._kernel, ranges._gpu_ranges = launch, summarize
         rows.append((n, {k: float(np.median(v)) for k, v in times.items()}))
         print(rows[-1], flush=True)
         del vol
         cp.get_default_memory_pool().free_all_blocks()
-    kinds = ["count", "walk", "vertex", "whole call"]
+    kinds = ["ranges", "units", "list", "count", "walk", "vertex", "whole call"]
     out = ["### Marching cubes, GPU: time per kernel, Mandelbulb volume, float32, level 11", "",
            f"Device: {dev}; date {datetime.date.today()}; commit {commit()}; command "
            f"`python tests/gpu/bench_contour.py --parts {' '.join(map(str, sizes))}`. Median of {reps}; each "

@@ -10,6 +10,7 @@ from insitu import Domain
 from render.contour import label_surfaces, marching_cubes, marching_cubes_blocks
 
 from test_contour_topology import assert_manifold  # tests/ is on sys.path (tests/conftest.py)
+from test_contour import crossed_edge_end
 
 cp = pytest.importorskip("cupy", reason="needs CuPy")
 
@@ -88,10 +89,12 @@ def test_gpu_nan_is_reported():
 def test_gpu_non_finite_values_in_the_region_are_reported_outside_ignored(dtype):
     vol = cp.asarray(smooth_random((20, 22, 24), 8), dtype)
     vals = cp.ones_like(vol)
-    vals[3, 4, 5] = cp.inf  # inside the cells contoured
-    with pytest.raises(ValueError, match="values: contains NaN or inf"):
+    host = cp.asnumpy(vol)[2:16, 2:16, 2:16]
+    end = tuple(int(x) + 2 for x in crossed_edge_end(host, 0.0))  # a crossed edge inside the cells contoured
+    vals[end] = cp.inf
+    with pytest.raises(ValueError, match="values: contains NaN or inf where the surface samples it"):
         marching_cubes(vol, 0.0, values=vals, region=((2, 2, 2), (15, 15, 15)))
-    vals[3, 4, 5] = 1.0
+    vals[end] = 1.0
     vals[19, 21, 23] = cp.nan  # beyond the region and its ghost layer: never read
     v, f, n, c = marching_cubes(vol, 0.0, values=vals, region=((2, 2, 2), (15, 15, 15)))
     assert len(f) and bool((c == 1.0).all())
