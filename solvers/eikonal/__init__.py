@@ -35,16 +35,24 @@ from insitu import arrays
 from insitu.domain import Domain
 from insitu.halo import HaloExchange
 from insitu.profile import StageTimer
+from insitu.ranges import TileRanges, tile_ranges
 
 from . import speed as speed_models
+from ._gpu import CHUNK as _CHUNK
+from ._gpu import TILE as _TILE
 
 _NO_PROFILE = StageTimer()
 
-__all__ = ["Collectives", "EikonalSolver", "Iterate", "seeds_from_fractions", "solve", "speed_models", "update_block"]
+#: Tile span (along i, j, k) of :meth:`EikonalSolver.display_ranges` on both backends: the
+#: GPU sweep's thread blocks (`chunk` planes x tile rows x tile points), which reduce them.
+DISPLAY_SPAN = (_CHUNK, _TILE[1], _TILE[0])
+
+__all__ = ["DISPLAY_SPAN", "Collectives", "EikonalSolver", "Iterate", "seeds_from_fractions", "solve", "speed_models",
+           "update_block"]
 
 
 def update_block(T, out, w, frozen, spacing: Sequence[float], *, iterations: int = 1, view=None,
-                 clip: float = math.inf, tiles=None):
+                 clip: float = math.inf, tiles=None, ranges: TileRanges | None = None):
     """Run `iterations` Jacobi sweeps on one padded block, ping-ponging `T` and `out`.
 
     Parameters
@@ -64,6 +72,10 @@ def update_block(T, out, w, frozen, spacing: Sequence[float], *, iterations: int
     clip : float
     tiles : ActiveTiles of solvers.eikonal._gpu (CuPy) or ._cpu (NumPy), optional
         Visit only the tiles where something can change (the same result).
+    ranges : TileRanges, optional
+        Of `view` (needs it), kept equal to ``insitu.ranges.tile_ranges(view, span)``: on
+        the GPU written by the sweeps that write the view (the span must be the launch's
+        tiles, :data:`DISPLAY_SPAN`), on the CPU recomputed after the view.
 
     Returns
     -------
@@ -72,17 +84,25 @@ def update_block(T, out, w, frozen, spacing: Sequence[float], *, iterations: int
         CPU, a one-element float64 device array on the GPU (no host read here).
     """
     hx, hy, hz = (float(h) for h in spacing)
+    if ranges is not None and view is None:
+        raise ValueError("eikonal: update_block ranges are those of a view; got ranges without a view")
     if arrays.is_device_array(T):
         import cupy
 
         from . import _gpu
 
+        if ranges is not None:
+            span = DISPLAY_SPAN if tiles is None else (tiles.chunk, tiles.tile[1], tiles.tile[0])
+            if tuple(ranges.span) != span:
+                raise ValueError(f"eikonal: update_block ranges must have the sweep's span {span}, "
+                                 f"got {tuple(ranges.span)}")
         change = cupy.zeros(1, cupy.uint64)
         for it in range(iterations):
             # With idle tiles skipped, every sweep writes the view of the tiles it visits: a
             # tile woken by a refilled ghost face in the first sweep may sleep in the last.
             last = it == iterations - 1 or tiles is not None
-            _gpu.sweep(T, out, w, frozen, hx, hy, hz, change, view if last else None, clip, tiles=tiles)
+            _gpu.sweep(T, out, w, frozen, hx, hy, hz, change, view if last else None, clip, tiles=tiles,
+                       ranges=None if ranges is None else ranges.values)
             T, out = out, T
         return T, out, change.view(cupy.float64)
     from . import _cpu
@@ -97,6 +117,8 @@ def update_block(T, out, w, frozen, spacing: Sequence[float], *, iterations: int
         T, out = out, T
     if view is not None:
         np.minimum(T, clip, out=view, casting="same_kind")
+        if ranges is not None:  # one read of the view, 4 bytes a node
+            tile_ranges(view, ranges.span, out=ranges.values)
     return T, out, change
 
 
@@ -210,7 +232,9 @@ class EikonalSolver:
         self._w: dict[int, Any] = {}
         self._frozen: dict[int, Any] = {}
         self._views: dict[int, Any] = {}
+        self._ranges: dict[int, TileRanges] = {}  # gid -> tile ranges of the view
         self._clip = math.inf
+        self._displayed = False  # display_copy was called: views and their ranges exist
         self._tiles: dict[int, Any] = {}  # gid -> ActiveTiles of the block's backend (skip_idle)
         error = None
         try:
@@ -287,7 +311,7 @@ class EikonalSolver:
             # Seeds and ghosts are the same in both buffers after the first sweep.
             T, out, c = update_block(self._T[gid], self._out[gid], self._w[gid], self._frozen[gid],
                                      self.spacing, iterations=self.local_iters, view=self._views.get(gid),
-                                     clip=self._clip, tiles=self._tiles.get(gid))
+                                     clip=self._clip, tiles=self._tiles.get(gid), ranges=self._ranges.get(gid))
             self._T[gid], self._out[gid] = T, out
             dev.append(c)
         if dev and self.xp is not np:
@@ -348,7 +372,8 @@ class EikonalSolver:
         For handing the field to visualization: on the GPU the last sweep of each step
         writes them while it stores T, so they cost 4 bytes per node of that sweep instead
         of a separate pass reading T (12 bytes per node). A finite `clip` turns unreached
-        (+inf) nodes into values that contouring accepts.
+        (+inf) nodes into values that contouring accepts. Their per-tile (min, max), kept
+        current the same way: :meth:`display_ranges`.
 
         Returns
         -------
@@ -360,12 +385,38 @@ class EikonalSolver:
         if math.isnan(clip):
             raise ValueError("eikonal: display_copy clip must be a number, got nan")
         self._clip = clip
+        self._displayed = True
         for gid, T in self._T.items():
             ns = arrays.get_array_module(T)
             if gid not in self._views:
                 self._views[gid] = ns.empty(T.shape, ns.float32)
             self._views[gid][...] = ns.minimum(T, clip)  # once; later steps write it in the sweep
+            old = self._ranges.get(gid)
+            self._ranges[gid] = tile_ranges(self._views[gid], DISPLAY_SPAN, out=None if old is None else old.values)
         return dict(self._views)
+
+    def display_ranges(self) -> dict[int, TileRanges]:
+        """Tile ranges of the :meth:`display_copy` arrays, kept current by every later :meth:`step`.
+
+        Tiles of :data:`DISPLAY_SPAN` samples. On the GPU the sweeps that write the display
+        copy reduce them in the same pass (no read of their own; a skipped idle tile keeps
+        its range as it keeps its values); on the CPU they are recomputed from the copies
+        after each step.
+
+        Returns
+        -------
+        dict
+            Block id -> :class:`insitu.ranges.TileRanges` of the display copy (values on its
+            backend, updated in place; do not modify them).
+
+        Raises
+        ------
+        RuntimeError
+            :meth:`display_copy` was not called yet.
+        """
+        if not self._displayed:
+            raise RuntimeError("eikonal: display_ranges needs the display copies; call display_copy(clip) first")
+        return dict(self._ranges)
 
     def gather(self, root: int = 0):
         """The global travel time at `root` (NumPy; ``None`` elsewhere). Copies to the host."""

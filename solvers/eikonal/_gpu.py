@@ -104,6 +104,60 @@ _VIEW_EDITS = (
 )
 
 
+# The display copy's tile ranges (EikonalSolver.display_ranges): the view variant also
+# reduces, per thread block, the min and max of the view values it wrote and stores them
+# as float64 (nan, nan if one was not finite) at the block's tile in `ranges`; a tile is
+# `chunk` planes x blockDim.y rows x blockDim.x points, the span (chunk, tile[1], tile[0])
+# of insitu.ranges. Threads outside the array keep (+inf, -inf): they add nothing. Warps
+# reduce by shuffles, then thread 0 folds the warps' results after the block's existing
+# reduction of the change (whose __syncthreads orders the shared writes). Applied with the
+# view edits: the view kernel always writes ranges.
+_RANGES_EDITS = (
+    ("float* __restrict__ view, const double clip)",
+     "float* __restrict__ view, const double clip,\n"
+     "                                             double* __restrict__ ranges)"),
+    ("    __shared__ double smax[256];  // blockDim.x * blockDim.y <= 256\n",
+     "    __shared__ double smax[256];  // blockDim.x * blockDim.y <= 256\n"
+     "    __shared__ float rlo[8], rhi[8];  // per warp: <= 256 / 32 warps\n"
+     "    __shared__ int rbad[8];\n"),
+    ("    double m = 0.0;\n",
+     "    double m = 0.0;\n"
+     "    float vlo = __int_as_float(0x7F800000), vhi = -vlo;  // +inf, -inf: no view value yet\n"
+     "    bool vbad = false;\n"),
+    ("                view[p] = (float)fmin(t, clip);\n",
+     "                const float v = (float)fmin(t, clip);\n"
+     "                view[p] = v;\n"
+     "                vlo = fminf(vlo, v); vhi = fmaxf(vhi, v); vbad |= !isfinite(v);\n"),
+    ("                view[p] = (float)fmin(nw, clip);\n",
+     "                const float v = (float)fmin(nw, clip);\n"
+     "                view[p] = v;\n"
+     "                vlo = fminf(vlo, v); vhi = fmaxf(vhi, v); vbad |= !isfinite(v);\n"),
+    ("    smax[tid] = m;\n",
+     "    {\n"
+     "        const int lanes = min(nthreads, 32);  // a block of fewer threads is one partial warp\n"
+     "        const unsigned mask = lanes == 32 ? 0xFFFFFFFFu : (1u << lanes) - 1u;\n"
+     "        for (int d = lanes / 2; d > 0; d >>= 1) {\n"
+     "            vlo = fminf(vlo, __shfl_xor_sync(mask, vlo, d));\n"
+     "            vhi = fmaxf(vhi, __shfl_xor_sync(mask, vhi, d));\n"
+     "        }\n"
+     "        vbad = __any_sync(mask, vbad);\n"
+     "        if ((tid & 31) == 0) { rlo[tid >> 5] = vlo; rhi[tid >> 5] = vhi; rbad[tid >> 5] = vbad; }\n"
+     "    }\n"
+     "    smax[tid] = m;\n"),
+    ("    if (tid == 0 && smax[0] > 0.0)\n",
+     "    if (tid == 0) {\n"
+     "        for (int q = 1; q < (nthreads + 31) / 32; ++q) {\n"
+     "            vlo = fminf(vlo, rlo[q]); vhi = fmaxf(vhi, rhi[q]); vbad |= rbad[q] != 0;\n"
+     "        }\n"
+     "        const long long rt = ((long long)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;\n"
+     "        const double nan = __longlong_as_double(0x7FF8000000000000ll);\n"
+     "        ranges[2 * rt] = vbad ? nan : (double)vlo;\n"
+     "        ranges[2 * rt + 1] = vbad ? nan : (double)vhi;\n"
+     "    }\n"
+     "    if (tid == 0 && smax[0] > 0.0)\n"),
+)
+
+
 # Skipping idle tiles (ActiveTiles): a thread block whose tile had nothing change in or
 # next to it in the previous sweep leaves at once; every tile reports whether it changed.
 _TILE_EDITS = (
@@ -150,14 +204,9 @@ def _edit(src: str, edits) -> str:
     return src
 
 
-@functools.cache
-def _get_sweep_kernel(w32: bool = False, t32: bool = False, view: bool = False, unroll: int = 1,
-                      tiles: bool = False):
-    import cupy
-
-    if not (w32 or t32 or view or unroll > 1 or tiles):
-        compiling(_log, "the eikonal sweep kernel eikonal_sweep_f64", cupy_cache_dir())
-        return cupy.RawKernel(_SOURCE, "eikonal_sweep_f64")
+def _sweep_source(w32: bool = False, t32: bool = False, view: bool = False, unroll: int = 1,
+                  tiles: bool = False) -> tuple[str, str]:
+    """(CUDA text, kernel name) of a sweep variant; the name says which edits made it."""
     # The same sweep reading a float32 slowness and/or keeping float32 travel times; the
     # update is computed in double either way (loads widen, the store rounds once, and the
     # change is the stored one: a run ends when no stored value moves).
@@ -166,15 +215,27 @@ def _get_sweep_kernel(w32: bool = False, t32: bool = False, view: bool = False, 
         src, name = src.replace("const double* __restrict__ w,", "const float* __restrict__ w,"), name + "_w32"
     if t32:
         src, name = _edit(src, _T32_EDITS), name + "_t32"
-    if view:
-        src, name = _edit(src, _VIEW_EDITS), name + "_view"
+    if view:  # the view's tile ranges come with it
+        src, name = _edit(_edit(src, _VIEW_EDITS), _RANGES_EDITS), name + "_view"
     if tiles:  # after the view edits: both extend the parameter list
         src, name = _edit(src, _TILE_EDITS), name + "_tiles"
     if unroll > 1:  # more loads in flight per thread along i
         src = _edit(src, [(_LOOP, f"#pragma unroll {int(unroll)}\n        {_LOOP}")])
         name += f"_u{int(unroll)}"
+    return src.replace("eikonal_sweep_f64(", name + "("), name
+
+
+@functools.cache
+def _get_sweep_kernel(w32: bool = False, t32: bool = False, view: bool = False, unroll: int = 1,
+                      tiles: bool = False):
+    import cupy
+
+    if not (w32 or t32 or view or unroll > 1 or tiles):
+        compiling(_log, "the eikonal sweep kernel eikonal_sweep_f64", cupy_cache_dir())
+        return cupy.RawKernel(_SOURCE, "eikonal_sweep_f64")
+    src, name = _sweep_source(w32, t32, view, unroll, tiles)
     compiling(_log, f"the eikonal sweep kernel {name}", cupy_cache_dir())
-    return cupy.RawKernel(src.replace("eikonal_sweep_f64(", name + "("), name)
+    return cupy.RawKernel(src, name)
 
 
 #: Threads per block along (k, j): narrow in k, a power-of-two count for the block reduction
@@ -238,14 +299,17 @@ def _dilate_kernel():
 
 def sweep(T, out, w, frozen, hx, hy, hz, maxchange, view=None, clip: float = float("inf"), *,
           tiles: ActiveTiles | None = None, tile: tuple[int, int] = TILE, chunk: int = CHUNK,
-          unroll: int = UNROLL) -> None:
+          unroll: int = UNROLL, ranges=None) -> None:
     """Enqueue one Jacobi sweep; fold the largest change into the device scalar `maxchange`
     (uint64 view of a float64, reset by the caller); also write ``min(out, clip)`` into the
     float32 array `view` when given (the same pass, so no second read of `out`). `tile`
     (threads along k, j; at most 256, a power of two), `chunk` (planes per thread) and
     `unroll` (of the loop along i) shape the launch (tests/gpu/bench_eikonal.py --tune
     measures them). With `tiles` only its active tiles are visited (their shape wins),
-    and it is advanced to the next sweep's."""
+    and it is advanced to the next sweep's. With `view`, the float64 array `ranges` of
+    shape (tiles along i, j, k, 2) receives each visited tile's (min, max) of the view
+    values written (nan, nan where one is not finite): the tile ranges of `view` with span
+    ``(chunk, tile[1], tile[0])`` (scratch when not given)."""
 
     nx, ny, nz = T.shape
     if tiles is not None:
@@ -261,7 +325,17 @@ def sweep(T, out, w, frozen, hx, hy, hz, maxchange, view=None, clip: float = flo
         raise TypeError(f"eikonal: travel times must be float64 or float32 (both buffers), got {T.dtype}, {out.dtype}")
     kernel = _get_sweep_kernel(w.dtype == np.float32, T.dtype == np.float32, view is not None, int(unroll),
                                tiles is not None)
-    extra = () if view is None else (view, np.float64(clip))
+    extra = ()
+    if view is not None:
+        shape = (*grid[::-1], 2)
+        if ranges is None:
+            import cupy
+
+            ranges = cupy.empty(shape, cupy.float64)
+        elif tuple(ranges.shape) != shape or ranges.dtype != np.float64 or not ranges.flags.c_contiguous:
+            raise ValueError(f"eikonal: ranges must be C-contiguous float64 {shape} for a block of shape "
+                             f"{T.shape}, got {ranges.dtype} {tuple(ranges.shape)}")
+        extra = (view, np.float64(clip), ranges)
     if tiles is not None:
         if tiles.shape != grid[::-1]:
             raise ValueError(f"eikonal: tiles of shape {tiles.shape} do not fit a block of shape {T.shape}")
