@@ -16,7 +16,11 @@ against its floor: the bytes it must move over the device-to-device copy bandwid
 measured in the same run. ``--hand-off float64 float32 fused`` measures the ways of
 handing the travel time over: a clamped copy made after the step in float64 or float32
 (which halves what the contour reads), or ``fused``: the float32 clamped copy written by
-the solver's last sweep itself (:meth:`EikonalSolver.display_copy`).
+the solver's last sweep itself (:meth:`EikonalSolver.display_copy`), handed over with the
+per-tile ranges the same sweep writes (:meth:`EikonalSolver.display_ranges`), so the
+contour reads only the tiles its level crosses. ``--at start end``: the iterations early
+in the run (a small front) and once the front has filled the box (steps until every node
+is reached; the iso value then half the largest travel time, a large surface).
 
 ``mandelbulb`` (Table 3): marching cubes of the Mandelbulb field at level 11, split
 along x over the ranks with one ghost layer. ``volume`` (Tables 5-6): ray casting of the
@@ -172,8 +176,11 @@ def insitu(b: Bench) -> None:
                                    local_iters=1, slowness=slowness, precision=precision)
             for _ in range(warm):  # a front well inside the box
                 solver.step()
-            for mode in sorted(args.hand_off, key=lambda m: m == "fused"):  # fused last: it stays on
-                rows.append(_insitu_run(b, dom, solver, speed, mine, iso, dims, mode, floors))
+            for at in args.at:
+                if at == "end":
+                    iso = _fill_box(b, solver, mine)
+                for mode in sorted(args.hand_off, key=lambda m: m == "fused"):  # fused last: it stays on
+                    rows.append(_insitu_run(b, dom, solver, speed, mine, iso, dims, mode, floors) | {"at": at})
             solver.close()
             solver = None
             if b.gpu:
@@ -183,17 +190,17 @@ def insitu(b: Bench) -> None:
             xp.get_default_memory_pool().free_all_blocks()
     cmd = (f"mpirun -n {b.size} python examples/bench_insitu.py insitu --n {' '.join(map(str, args.n))} "
            f"--size {args.size[0]} {args.size[1]} --iters {args.iters} --hand-off {' '.join(args.hand_off)} "
-           f"--slowness {' '.join(args.slowness)} --precision {' '.join(args.precision)}"
+           f"--slowness {' '.join(args.slowness)} --precision {' '.join(args.precision)} --at {' '.join(args.at)}"
            + (" --weak" if args.weak else ""))
     head = b.header(f"In-situ iteration: eikonal sweep + isosurface rendering + streaming, {b.size} rank(s)"
                     + (", weak scaling" if args.weak else ""), cmd)
     table = ("Median ms per iteration over the iterations (slowest rank per stage); `other` is the adaptor's "
              "own work (mesh checks, scene set-up) beyond its timed stages.\n\n"
-             "| grid | ranks | solver (T, 1/speed) | hand-off | triangles | iteration | "
+             "| grid | ranks | solver (T, 1/speed) | hand-off | run | triangles | iteration | "
              + " | ".join(STAGES) + " | other |\n"
-             "| --- | ---: | --- | --- | ---: | ---: | " + " | ".join("---:" for _ in STAGES) + " | ---: |\n")
+             "| --- | ---: | --- | --- | --- | ---: | ---: | " + " | ".join("---:" for _ in STAGES) + " | ---: |\n")
     for r in rows:
-        table += (f"| {r['grid']} | {b.size} | {r['slowness']} | {r['dtype']} | {r['triangles']} | "
+        table += (f"| {r['grid']} | {b.size} | {r['slowness']} | {r['dtype']} | {r['at']} | {r['triangles']} | "
                   f"{_ms(r['iteration'])} | "
                   + " | ".join(_ms(r['stages'].get(s, 0.0)) for s in STAGES) + f" | {_ms(r['other'])} |\n")
     table += ("\nEach stage against its floor (bytes it must move per rank / measured device copy bandwidth; "
@@ -207,6 +214,27 @@ def insitu(b: Bench) -> None:
     b.emit(head + table)
 
 
+def _fill_box(b: Bench, solver, mine) -> float:
+    """Step until every node of the box is reached (the front has filled it); returns half
+    the largest travel time, an iso value with a large surface."""
+    xp, dom = b.xp, solver.domain
+    inner = {g: dom.block(g).interior for g in mine}  # outer ghost layers stay unreached
+    while True:
+        for _ in range(32):
+            solver.step()
+        reached = all(bool(xp.isfinite(solver.blocks[g][inner[g]]).all()) for g in mine)
+        if b.comm.allreduce(reached, op=_min()):
+            break
+    top = max((float(solver.blocks[g][inner[g]].max()) for g in mine), default=0.0)
+    return 0.5 * float(b.comm.allreduce(top, op=_max()))
+
+
+def _min():
+    from mpi4py import MPI
+
+    return MPI.MIN
+
+
 def _insitu_run(b: Bench, dom, solver, speed, mine, iso, dims, mode: str, floors) -> dict:
     from render.contour import marching_cubes
 
@@ -218,6 +246,7 @@ def _insitu_run(b: Bench, dom, solver, speed, mine, iso, dims, mode: str, floors
     # solver's last sweep (fused: EikonalSolver.display_copy) or by a pass of our own,
     # straight into the buffer the adaptor gets (no further copy).
     shown = solver.display_copy(clip=10.0) if fused else {g: xp.empty(dom.block(g).padded_shape, dtype) for g in mine}
+    ranges = solver.display_ranges() if fused else {}
 
     def hand_off():
         meshes = []
@@ -228,7 +257,8 @@ def _insitu_run(b: Bench, dom, solver, speed, mine, iso, dims, mode: str, floors
             ghost = tuple((1, 1 if hi == n else 0) for hi, n in zip(blk.hi, dims))
             origin = [o + (lo - 1) * s for o, lo, s in zip(dom.origin, blk.lo, dom.spacing)]
             meshes.append(adaptors.uniform({"T": shown[g], "speed": speed[g]}, origin=origin, spacing=dom.spacing,
-                                           ghost=ghost, domain_id=g))
+                                           ghost=ghost, domain_id=g,
+                                           tile_ranges={"T": ranges[g]} if fused else None))
         return meshes
 
     cfg = {"profile": True,
@@ -403,6 +433,8 @@ def main(argv=None) -> int:
                     help="insitu: how the eikonal solver keeps 1/speed")
     ap.add_argument("--precision", nargs="+", default=["float64"], choices=("float64", "float32"),
                     help="insitu: how the eikonal solver keeps the travel times")
+    ap.add_argument("--at", nargs="+", default=["start"], choices=("start", "end"),
+                    help="insitu: iterations early in the run and/or once the front has filled the box")
     ap.add_argument("--weak", action="store_true")
     ap.add_argument("--tmp", default=os.environ.get("TMPDIR", "/tmp"))
     ap.add_argument("--md")

@@ -6,7 +6,7 @@ largest sample. A tile holding a NaN or an infinity has the range ``(nan, nan)``
 "unknown, look at the samples". Marching cubes reads only the parts of a volume whose
 ranges (with their neighbours') straddle the level, so an isosurface of a large field
 costs what its surface touches; a solver that already visits the tiles can write the
-ranges in the same pass (:meth:`solvers.eikonal.EikonalSolver.display_ranges`), else
+ranges in the same pass (the eikonal solver's display copy does), else
 :func:`tile_ranges` computes them in one read of the field.
 
 In a Blueprint field they travel as ``fields/<f>/tile_ranges = {"span": [si, sj, sk],
@@ -174,50 +174,74 @@ def _cpu_kernel():
 
 
 _SOURCE = r"""
-// One block per tile: threads stride the tile (k fastest, 32 lanes for coalesced rows),
-// each keeps a running min / max and whether it met a non-finite sample.
+// One block per tile: warps take rows j, lanes points k (32 for coalesced rows), each
+// thread walks the tile's planes keeping a running min / max in the samples' own type
+// (float stays float: no conversions in the loop) and whether it met a non-finite sample.
+template <typename T> struct Acc { typedef double type; };
+template <> struct Acc<float> { typedef float type; };
 template <typename T>
 __device__ __forceinline__ bool finite(T x) { return true; }
 template <> __device__ __forceinline__ bool finite<float>(float x) { return isfinite(x); }
 template <> __device__ __forceinline__ bool finite<double>(double x) { return isfinite(x); }
 
+template <typename T, int SI>
+__device__ __forceinline__ void column(const T* p, long long s0, int n, typename Acc<T>::type& lo,
+                                       typename Acc<T>::type& hi, bool& bad) {
+    typedef typename Acc<T>::type A;
+    if (n == SI) {  // a whole tile along i: every load issued before the first is used
+        T x[SI];
+        #pragma unroll
+        for (int i = 0; i < SI; ++i) x[i] = p[i * s0];
+        #pragma unroll
+        for (int i = 0; i < SI; ++i) { bad |= !finite(x[i]); lo = min(lo, (A)x[i]); hi = max(hi, (A)x[i]); }
+    } else {
+        for (int i = 0; i < n; ++i) {
+            const T x = p[i * s0];
+            bad |= !finite(x);
+            lo = min(lo, (A)x);
+            hi = max(hi, (A)x);
+        }
+    }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(256) tile_ranges(const T* __restrict__ v, const long long s0, const long long s1,
         const long long s2, const int ni, const int nj, const int nk, const int si, const int sj, const int sk,
         const int gj, const int gk, double* __restrict__ out) {
+    typedef typename Acc<T>::type A;
     __shared__ double smin[8], smax[8];
     __shared__ int sbad[8];
     const long long t = blockIdx.x;
     const int c = (int)(t % gk), b = (int)((t / gk) % gj), a = (int)(t / ((long long)gk * gj));
     const int i0 = a * si, j0 = b * sj, k0 = c * sk;
     const int i1 = min(i0 + si, ni), j1 = min(j0 + sj, nj), k1 = min(k0 + sk, nk);
-    double lo = 1.0 / 0.0, hi = -1.0 / 0.0;
+    A lo = (A)(1.0 / 0.0), hi = (A)(-1.0 / 0.0);
     bool bad = false;
     for (int j = j0 + threadIdx.y; j < j1; j += blockDim.y)
         for (int k = k0 + threadIdx.x; k < k1; k += blockDim.x) {
             const T* p = v + (long long)i0 * s0 + (long long)j * s1 + (long long)k * s2;
-            #pragma unroll 8
-            for (int i = i0; i < i1; ++i, p += s0) {
-                const T x = *p;
-                bad |= !finite(x);
-                lo = fmin(lo, (double)x);
-                hi = fmax(hi, (double)x);
-            }
+            if (si == 32) column<T, 32>(p, s0, i1 - i0, lo, hi, bad);
+            else column<T, 1>(p, s0, i1 - i0, lo, hi, bad);
         }
+    double dlo = lo, dhi = hi;
     #pragma unroll
     for (int d = 16; d > 0; d >>= 1) {
-        lo = fmin(lo, __shfl_xor_sync(0xFFFFFFFFu, lo, d));
-        hi = fmax(hi, __shfl_xor_sync(0xFFFFFFFFu, hi, d));
+        dlo = fmin(dlo, __shfl_xor_sync(0xFFFFFFFFu, dlo, d));
+        dhi = fmax(dhi, __shfl_xor_sync(0xFFFFFFFFu, dhi, d));
     }
     bad = __any_sync(0xFFFFFFFFu, bad);
     const int w = threadIdx.y;  // blockDim.x == 32: one warp per y
-    if (threadIdx.x == 0) { smin[w] = lo; smax[w] = hi; sbad[w] = bad; }
+    if (threadIdx.x == 0) { smin[w] = dlo; smax[w] = dhi; sbad[w] = bad; }
     __syncthreads();
     if (threadIdx.x == 0 && w == 0) {
-        for (int q = 1; q < blockDim.y; ++q) { lo = fmin(lo, smin[q]); hi = fmax(hi, smax[q]); bad |= sbad[q] != 0; }
+        for (int q = 1; q < blockDim.y; ++q) {
+            dlo = fmin(dlo, smin[q]);
+            dhi = fmax(dhi, smax[q]);
+            bad |= sbad[q] != 0;
+        }
         const double nan = __longlong_as_double(0x7FF8000000000000ll);
-        out[2 * t] = bad ? nan : lo;
-        out[2 * t + 1] = bad ? nan : hi;
+        out[2 * t] = bad ? nan : dlo;
+        out[2 * t + 1] = bad ? nan : dhi;
     }
 }
 """

@@ -22,7 +22,6 @@ import numpy as np
 
 from insitu import arrays
 from insitu.ranges import as_tile_ranges
-from insitu.ranges import tile_ranges as compute_ranges
 
 from .._fields import check_volume
 from . import _cpu, _gpu
@@ -105,17 +104,20 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
         local = xp.empty((2, len(levels), nseg), xp.int32)
         tiles = xp.zeros((2, len(levels), ntiles), xp.int32)  # tiles of units not visited hold nothing
         nunits = int(np.prod(_gpu.unit_grid(lo, hi, chunk)))
-        units = xp.zeros((len(levels), 1 + nunits), xp.int32)  # per level: how many, which (see _gpu.select)
-        active = xp.empty(nunits, xp.uint8)
-        if ranges is None:
-            ranges = compute_ranges(vol)
+        units = xp.zeros((len(levels), 3 + nunits), xp.int32)  # per level: how many, which (see _gpu.select)
+        if ranges is None:  # every unit (a pass computing ranges costs a read; see marching_cubes)
+            units[:, 0] = nunits
+            units[:, 3:] = xp.arange(nunits, dtype=xp.int32)
+        else:
+            active = xp.empty(nunits, xp.uint8)
     else:  # per segment its start within its task, per task its totals (see _cpu.count)
         ntasks = _cpu.tasks(lo, hi, chunk)
         tasks = np.empty((2, len(levels), ntasks), np.int64)
     bad = xp.zeros(3, xp.uint64) if gpu else 0  # GPU: non-finite flag, vertex and triangle totals
     for n, lev in enumerate(levels):
         if gpu:
-            _gpu.select(ranges, lev, lo, hi, chunk, active, units[n])
+            if ranges is not None:
+                _gpu.select(ranges, lev, lo, hi, chunk, active, units[n])
             _gpu.count(vol, ext, lev, lo, hi, chunk, tables, counts[0, n], counts[1, n], local[0, n], local[1, n],
                        tiles[0, n], tiles[1, n], bad, units[n])
         else:
@@ -232,10 +234,12 @@ def marching_cubes(volume, level: float | Sequence[float] | None = None, *,
         the samples one beyond the region (ghosts) still shape the gradient normals,
         so adjacent regions' normals agree. Default: every cell.
     tile_ranges : insitu.ranges.TileRanges or {"span", "values"}, optional
-        The volume's per-tile (min, max), from whoever wrote it (a solver's sweep): only
-        the parts whose ranges straddle a level are read. Without them the GPU path
-        computes them in one read of the volume. They must be true of `volume`: a tile
-        whose range misses a level is not looked at.
+        The volume's per-tile (min, max), from whoever wrote it (a solver's sweep): the
+        GPU path then reads only the parts whose ranges straddle a level, so the cost
+        follows the surface. Without them every part is read (computing them takes a read
+        of the volume, :func:`insitu.ranges.tile_ranges`, which pays off only for sparse
+        surfaces or ranges kept across calls). They must be true of `volume`: a tile whose
+        range misses a level is not looked at.
 
     Returns
     -------

@@ -90,7 +90,9 @@ __global__ void mc_units(const double* __restrict__ rng, const int si, const int
 
 // The units both passes visit: the active ones and those one unit further along j, k and
 // the chunks (pass 2 numbers vertices from the segments there, so pass 1 must count
-// them). units[0]: their number, units[1 ..]: the list (in no particular order).
+// them). units[0]: their number, units[1], units[2]: the next unit pass 1, pass 2 takes
+// (blocks take units as they finish: units differ widely in work), units[3 ..]: the list
+// (in no particular order).
 __global__ void mc_list(const unsigned char* __restrict__ active, const Box b, const int n, int* __restrict__ units) {
     const int u = blockIdx.x * blockDim.x + threadIdx.x;
     bool take = false;
@@ -108,7 +110,18 @@ __global__ void mc_list(const unsigned char* __restrict__ active, const Box b, c
     int base = 0;
     if (lane == first) base = atomicAdd(units, __popc(m));
     base = __shfl_sync(FULL, base, first);
-    if (take) units[1 + base + __popc(m & ((1u << lane) - 1u))] = u;
+    if (take) units[3 + base + __popc(m & ((1u << lane) - 1u))] = u;
+}
+
+// The next piece of work for a block of a pass (`counter`: 1 or 2, see mc_list): unit
+// units[3 + n / parts], part n %% parts; -1 when none is left.
+__device__ __forceinline__ int next_work(int* units, int counter, int parts, int* s_next, int& part) {
+    __syncthreads();  // every warp is done with the previous piece
+    if (threadIdx.x == 0 && threadIdx.y == 0) *s_next = atomicAdd(units + counter, 1);
+    __syncthreads();
+    const int n = *s_next;
+    part = n %% parts;
+    return n < parts * units[0] ? units[3 + n / parts] : -1;
 }
 
 template <typename T>
@@ -181,16 +194,17 @@ template <typename T, int R, int MINB>
 __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, const Vol g, const Box b,
         const double level, const float levelf, const signed char* __restrict__ ntri, int* nvert_out,
         int* ntri_out, int* __restrict__ vloc, int* __restrict__ tloc, int* __restrict__ vtile,
-        int* __restrict__ ttile, unsigned long long* stats, const int* __restrict__ units) {
+        int* __restrict__ ttile, unsigned long long* stats, int* units) {
     __shared__ unsigned char s_ntri[256];  // by quad() bits
+    __shared__ int s_next;
     const int tid = threadIdx.y * 32 + threadIdx.x;
     for (int q = tid; q < 256; q += blockDim.x * blockDim.y) s_ntri[q] = ntri[case_of(q)];
     __syncthreads();
     const int lane = threadIdx.x;
-    const int nunits = units[0];
-    for (int un = blockIdx.x; un < nunits; un += gridDim.x) {
+    int part;
+    for (int u = next_work(units, 1, 1, &s_next, part); u >= 0; u = next_work(units, 1, 1, &s_next, part)) {
     int bx, by, c;
-    unit_of(units[1 + un], b, bx, by, c);
+    unit_of(u, b, bx, by, c);
     // The 8 warps of a block take consecutive row groups (they share the rows between).
     const int j0 = b.lo1 + UROWS * bx + R * threadIdx.y;
     const int k = b.lo2 + TILE * by + lane;
@@ -333,10 +347,11 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
         const int* __restrict__ vloc, const int* __restrict__ tloc, const int* __restrict__ vtile,
         const int* __restrict__ ttile, const int* __restrict__ vti, const int* __restrict__ tti, const int ntk,
         const signed char* __restrict__ ntri, const signed char* __restrict__ tri,
-        int* __restrict__ faces, long long* __restrict__ vedge, const int* __restrict__ units) {
+        int* __restrict__ faces, long long* __restrict__ vedge, int* units) {
     __shared__ unsigned char s_case[256], s_ntri[256];  // case by quad() bits; triangles by case
     __shared__ __align__(16) unsigned char s_tri[256 * 16];  // a case's 15 triangle edges in 16 bytes
     __shared__ int s_vid[12 * 256];  // vertex number per cube edge, per thread
+    __shared__ int s_next;
     const int tid = threadIdx.y * 32 + threadIdx.x;
     for (int q = tid; q < 256; q += 256) { s_case[q] = (unsigned char)case_of(q); s_ntri[q] = ntri[q]; }
     for (int q = tid; q < 256 * 16; q += 256)
@@ -344,13 +359,13 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     __syncthreads();
     const int lane = threadIdx.x;
     const int m1 = b.hi1 - b.lo1 + 1, m2 = b.hi2 - b.lo2 + 1;
-    const int nunits = units[0];
-    // A unit's rows in three rounds of the 8 warps: each loads rows j .. j + 2, so most
-    // of their loads hit in L1.
-    for (int un = blockIdx.x; un < nunits; un += gridDim.x) {
+    // A block takes a third of a unit's rows, the next block the next third (the same
+    // unit): the 8 warps each load rows j .. j + 2, so most of their loads hit in L1.
+    int round;
+    for (int u = next_work(units, 2, 3, &s_next, round); u >= 0; u = next_work(units, 2, 3, &s_next, round)) {
     int bx, by, c;
-    unit_of(units[1 + un], b, bx, by, c);
-    for (int round = 0; round < 3; ++round) {
+    unit_of(u, b, bx, by, c);
+    {
     const int r1 = UROWS * bx + 8 * round + threadIdx.y, j = b.lo1 + r1;
     const int r2 = TILE * by + lane, k = b.lo2 + r2;
     if (j > b.hi1 || k - lane > b.hi2) continue;
@@ -633,8 +648,8 @@ def unit_grid(lo, hi, chunk) -> tuple[int, int, int]:
 
 def select(ranges, level, lo, hi, chunk, active, units) -> None:
     """The units the passes visit at `level`, from the volume's TileRanges: `active` (uint8,
-    one per unit) scratch, `units` (int32, 1 + units) gets their number and list; its
-    first element must be zero."""
+    one per unit) scratch, `units` (int32, 3 + units, zeroed) gets their number, the
+    passes' counters and the list (see mc_list)."""
     n = int(np.prod(unit_grid(lo, hi, chunk)))
     box = _box(tuple(lo), tuple(hi), chunk)
     rng = ranges.values
