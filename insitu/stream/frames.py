@@ -18,7 +18,8 @@ limit (for queue room in lossless mode; in ``close`` for every reader to release
 frames, in any mode), so no thread of the simulation could bound the wait. The
 simulation waits for that process at most ``deadline`` seconds; past it the readers are
 reported (address and user) and dropped with the process, and a fresh stream is opened.
-A frame costs the simulation one copy into memory shared with that process; in the
+A frame costs the simulation one copy into memory shared with that process (a device
+frame first crosses into page-locked memory the writer reuses, one copy); in the
 default mode it never waits for the process either: a frame that comes while the
 previous one is still being written waits for the next ``write`` (or ``close``), and a
 newer one replaces it (counted in ``FrameWriter.dropped``).
@@ -130,6 +131,7 @@ class FrameWriter(_Stream):
         self.dropped = 0
         self._fields: tuple | None = None
         self._attrs: dict[str, Any] = {}
+        self._staging = _Staging()
         if self.engine == "SST":
             params = {**(LOSSLESS if lossless else SST_DEFAULTS), **sst_parameters(interface)}
             params.update({str(k): str(v) for k, v in (parameters or {}).items()})
@@ -152,10 +154,13 @@ class FrameWriter(_Stream):
         Parameters
         ----------
         image : (H, W, 4) uint8, straight alpha, NumPy or CuPy
-            A device image is copied to the host here (counted: the frame leaving).
-            (A renderer's premultiplied float image needs un-premultiplying first.)
+            A device image is copied to the host here, once (counted: the frame leaving),
+            into page-locked memory the writer reuses from frame to frame; a host image
+            is sent as it is. (A renderer's premultiplied float image needs
+            un-premultiplying first.)
         camera : object with ``position``, ``look_at`` and ``up``, or (9,) floats, optional
-        depth : (H, W) float array, optional
+        depth : (H, W) float array, NumPy or CuPy, optional
+            Sent as float32 (a device depth is converted there, then copied as the image is).
         ranges : {field: (lo, hi)}, optional
             The same fields every step.
         attributes : {name: str or numbers}, optional
@@ -166,19 +171,23 @@ class FrameWriter(_Stream):
         ReaderTimeoutError
             SST: readers held the writer past `deadline`; they were dropped (see the class).
         """
-        img = np.ascontiguousarray(arrays.to_host(image))
+        # Checked before anything leaves the device.
+        img = arrays.asarray(image, name="frame image")
         if img.ndim != 3 or img.shape[2] != 4 or img.dtype != np.uint8:
-            raise ValueError(f"frame image: expected (H, W, 4) uint8, got {img.shape} {img.dtype}")
-        out = [("image", img), ("step", np.array([step], np.int64)), ("time", np.array([time], np.float64))]
+            raise ValueError(f"frame image: expected (H, W, 4) uint8, got {tuple(img.shape)} {img.dtype}")
+        d = None if depth is None else arrays.asarray(depth, name="frame depth")
+        if d is not None and tuple(d.shape) != tuple(img.shape[:2]):
+            raise ValueError(f"frame depth: expected {tuple(img.shape[:2])}, got {tuple(d.shape)}")
+        out = [("image", self._staging.host("image", img)), ("step", np.array([step], np.int64)),
+               ("time", np.array([time], np.float64))]
         if camera is not None:
             cam = camera if isinstance(camera, (list, tuple, np.ndarray)) else \
                 [*camera.position, *camera.look_at, *camera.up]
             out.append(("camera", np.asarray(cam, np.float64).reshape(9)))
-        if depth is not None:
-            d = np.ascontiguousarray(arrays.to_host(depth), dtype=np.float32)
-            if d.shape != img.shape[:2]:
-                raise ValueError(f"frame depth: expected {img.shape[:2]}, got {d.shape}")
-            out.append(("depth", d))
+        if d is not None:
+            if arrays.is_device_array(d) and d.dtype != np.float32:
+                d = d.astype(np.float32)  # on the device: fewer bytes cross
+            out.append(("depth", np.ascontiguousarray(self._staging.host("depth", d), dtype=np.float32)))
         if ranges:
             names = tuple(ranges)
             if self._fields is None:
@@ -210,6 +219,9 @@ class FrameWriter(_Stream):
         ReaderTimeoutError
             SST: readers held the writer past `deadline`; they were dropped (see the class).
         """
+        # No array is referenced once this returns (BP5: Sync puts copy in ``put``; SST: the
+        # relay copies into its shared slot before ``put`` returns, or drops the step), so
+        # ``write`` may refill its staging buffers with the next frame at once.
         out = [(str(k), np.ascontiguousarray(a)) for k, a in variables]
         if self.steps == 0 and self.dropped == 0:
             self._attrs.update(attributes or {})
@@ -227,10 +239,40 @@ class FrameWriter(_Stream):
     def close(self) -> None:
         """Close the stream. SST: waits at most `deadline` for readers to release their
         frames, then drops them (:class:`ReaderTimeoutError`)."""
+        self._staging.clear()
         if self._relay is None:
             self._stream.close()
         else:
             self._relay.close()
+
+
+class _Staging:
+    """Page-locked host buffers that device arrays are copied into, one per variable,
+    reused from frame to frame and re-allocated when its shape or dtype changes.
+
+    A device-to-host copy into pageable memory is staged by the driver through a bounce
+    buffer, at a fraction of the link's speed; into page-locked memory it goes straight.
+    One buffer per variable is enough: the copy is complete when
+    :func:`insitu.arrays.to_host` returns, and :meth:`FrameWriter.write_variables` keeps no
+    reference to it past its return (if that changes, so must this).
+    """
+
+    def __init__(self) -> None:
+        self._bufs: dict[str, np.ndarray] = {}
+
+    def host(self, name: str, x) -> np.ndarray:
+        """`x` on the host: a device array copied into `name`'s buffer (counted), a host
+        array as it is (contiguous: a copy only where it is not)."""
+        if not arrays.is_device_array(x):
+            return np.ascontiguousarray(arrays.to_host(x))
+        buf = self._bufs.get(name)
+        if buf is None or buf.shape != tuple(x.shape) or buf.dtype != x.dtype:
+            self._bufs.pop(name, None)  # the old one goes back before a new one is taken
+            buf = self._bufs[name] = arrays.pinned_empty(tuple(x.shape), x.dtype)
+        return arrays.to_host(x, out=buf)
+
+    def clear(self) -> None:
+        self._bufs.clear()
 
 
 def _put(stream, variables: Sequence[tuple[str, np.ndarray]], attributes: Mapping[str, Any]) -> None:
