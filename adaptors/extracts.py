@@ -75,7 +75,8 @@ def adios2(x: Extract) -> None:
         if prm["engine"] == "SST" and prm["steering"]:
             x.steer_readers.append(SteeringReader(steering_name(prm["filename"])))
     r = x.images[keys[0]]
-    stream.write(to_uint8(r.rgba, unpremultiply=True), step=x.step, time=x.time, camera=r.camera,
+    # The frame leaves the device inside write(), into the writer's page-locked buffer.
+    stream.write(to_uint8(r.rgba, unpremultiply=True, host=False), step=x.step, time=x.time, camera=r.camera,
                  depth=r.depth if prm["depth"] else None, ranges=r.ranges, attributes={"render": keys[0]})
 
 

@@ -11,9 +11,11 @@ from insitu import arrays
 __all__ = ["read_png", "to_uint8", "write_png"]
 
 
-def to_uint8(rgba, *, unpremultiply: bool = False) -> np.ndarray:
+def to_uint8(rgba, *, unpremultiply: bool = False, host: bool = True):
     """(H, W, 4) float RGBA in [0, 1] (NumPy or CuPy) as uint8 on the host; with
-    `unpremultiply`, colour divided by alpha (straight alpha, as PNG stores it)."""
+    `unpremultiply`, colour divided by alpha (straight alpha, as PNG stores it). With
+    ``host=False`` a device frame stays on the device (for a writer that stages it in
+    page-locked memory itself, :class:`insitu.stream.FrameWriter`)."""
     a = arrays.asarray(rgba, name="rgba")
     if a.ndim != 3 or a.shape[2] not in (3, 4):
         raise ValueError(f"rgba: expected shape (H, W, 3|4), got {tuple(a.shape)}")
@@ -27,6 +29,8 @@ def to_uint8(rgba, *, unpremultiply: bool = False) -> np.ndarray:
             alpha = a[..., 3:]
             a = xp.concatenate([xp.where(alpha > 0, a[..., :3] / xp.where(alpha > 0, alpha, 1), 0), alpha], axis=2)
         a = xp.clip(xp.rint(a * 255), 0, 255).astype(xp.uint8)
+    if not host:
+        return a if a.flags.c_contiguous else xp.ascontiguousarray(a)
     if arrays.is_device_array(a):
         a = arrays.to_host(a)  # the final frame leaves the GPU here (counted)
     return np.ascontiguousarray(a)
