@@ -3,6 +3,8 @@
 #   make test      install everything, run ruff and mypy, then the CPU test suite (what CI runs)
 #   make gpu-test  GPU machine only: run tests/gpu with that machine's own Python env
 #   make capi      build the C/C++/Fortran adaptor library (CMakeLists.txt) into build/capi
+#                  (with the Catalyst 2 implementation libcatalyst-insitu when `make catalyst` ran)
+#   make catalyst  build and install Catalyst 2 once into ~/.cache/insitu/catalyst-<tarball hash>
 #   make clean     remove .venv, build outputs and caches
 
 PYTHON ?= python3
@@ -12,7 +14,7 @@ STAMP  := $(VENV)/.installed
 # mpiexec comes from the mpich wheel inside the venv: put the venv first on PATH.
 VENV_PATH := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)"
 
-.PHONY: all venv system test demo gpu-test capi clean
+.PHONY: all venv system test demo gpu-test capi catalyst clean
 
 all: test
 
@@ -28,10 +30,10 @@ $(STAMP): pyproject.toml
 	$(VPY) -m pip install -q -e '.[test]'
 	@touch $@
 
-test: system venv
+test: system venv catalyst
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV_PATH) $(VPY) -m pytest -q
+	$(VENV_PATH) $(CATALYST_ENV) $(VPY) -m pytest -q
 
 demo: system venv
 	@mkdir -p out
@@ -40,8 +42,38 @@ demo: system venv
 # libinsitu_adaptor (+ the Fortran module when gfortran is there), embedding this venv's Python;
 # C/C++/Fortran programs use it with -Dinsitu_DIR=$(CURDIR)/build/capi (examples/heat_cxx, heat_fortran).
 capi: system venv
-	$(VENV_PATH) cmake -S . -B build/capi -DPython3_EXECUTABLE=$(CURDIR)/$(VPY) -DCMAKE_BUILD_TYPE=Release
+	$(VENV_PATH) cmake -S . -B build/capi -DPython3_EXECUTABLE=$(CURDIR)/$(VPY) -DCMAKE_BUILD_TYPE=Release \
+	  $(if $(wildcard $(CATALYST_PREFIX)/.complete),-Dcatalyst_DIR=$(CATALYST_PREFIX)/lib/cmake/catalyst-2.0)
 	$(VENV_PATH) cmake --build build/capi -j 2
+
+# Catalyst 2 (libcatalyst, its Conduit and the implementation SDK), built from the shared source
+# tarball once per machine into a cache keyed by the tarball's hash (about 2 min on 2 cores; MPI from
+# the venv's mpicc, for catalyst/mpi_comm). tests/test_catalyst.py builds libcatalyst-insitu against it
+# (INSITU_CATALYST_PREFIX). Without the tarball nothing is built and those tests skip, saying so.
+CATALYST_TGZ    ?= $(abspath $(CURDIR)/../shared/third_party/catalyst-2.0-pre-src.tar.gz)
+CATALYST_HASH   := $(shell test -f "$(CATALYST_TGZ)" && sha256sum "$(CATALYST_TGZ)" | cut -c1-16)
+CATALYST_CACHE  ?= $(HOME)/.cache/insitu
+CATALYST_PREFIX := $(if $(CATALYST_HASH),$(CATALYST_CACHE)/catalyst-$(CATALYST_HASH))
+CATALYST_ENV    := $(if $(CATALYST_PREFIX),INSITU_CATALYST_PREFIX="$(CATALYST_PREFIX)")
+
+catalyst: system venv
+ifeq ($(CATALYST_PREFIX),)
+	@echo "catalyst: $(CATALYST_TGZ) not found: Catalyst not built (its tests will skip)"
+else
+	@mkdir -p "$(CATALYST_CACHE)"
+	@flock "$(CATALYST_CACHE)/catalyst.lock" bash -c 'set -e; \
+	  test ! -f "$(CATALYST_PREFIX)/.complete" || exit 0; \
+	  echo "catalyst: building $(CATALYST_TGZ) into $(CATALYST_PREFIX) (once)"; \
+	  rm -rf "$(CATALYST_PREFIX)"; tmp=$$(mktemp -d); trap "rm -rf $$tmp" EXIT; \
+	  tar xzf "$(CATALYST_TGZ)" -C "$$tmp"; \
+	  cmake -S "$$tmp/src" -B "$$tmp/build" -DCMAKE_BUILD_TYPE=Release -DCATALYST_USE_MPI=ON \
+	    -DCATALYST_BUILD_TESTING=OFF -DCATALYST_BUILD_TOOLS=OFF -DMPI_C_COMPILER="$(CURDIR)/$(VENV)/bin/mpicc" \
+	    -DCMAKE_INSTALL_PREFIX="$(CATALYST_PREFIX)" > "$$tmp/build.log" 2>&1 \
+	  && cmake --build "$$tmp/build" -j 2 >> "$$tmp/build.log" 2>&1 \
+	  && cmake --install "$$tmp/build" >> "$$tmp/build.log" 2>&1 \
+	  || { tail -40 "$$tmp/build.log"; rm -rf "$(CATALYST_PREFIX)"; exit 1; }; \
+	  touch "$(CATALYST_PREFIX)/.complete"'
+endif
 
 # For the GPU machine, which has its own Python environment (CuPy, CUDA bindings, the
 # package installed there) and no .venv: uses whatever `python3` is on PATH.

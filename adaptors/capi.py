@@ -35,6 +35,7 @@ __all__ = [
     "MeshError",
     "Status",
     "execute",
+    "execute_mesh",
     "finalize",
     "get_iso_count",
     "get_iso_value",
@@ -486,6 +487,32 @@ def execute(step: int, time: float, domains: list[dict] | None, problem_status: 
             errs = _errors(impl)
             new = errs[n0:] if len(errs) > n0 else errs[-1:]
             raise _ExecuteFailed([str(e) for e in new])
+
+    return _guard("execute", run)
+
+
+def execute_mesh(step: int, time: float, mesh, problem_status: int = 0, problem: str = "") -> tuple[int, str, Any]:
+    """:func:`execute` for a caller that has the Blueprint mesh itself (the Catalyst
+    implementation, :mod:`adaptors.catalyst`): a dict, or a Mapping that builds the
+    domains when the adaptor first reads them (not at all on a step where nothing is due).
+
+    ``problem_status``/``problem``: what the caller found wrong before the mesh; the step
+    then fails on every rank like an invalid mesh (this rank still joins it).
+    """
+
+    def run():
+        impl = _require()
+        if problem_status:
+            exc = _Rejected(problem_status, problem)
+            _join_step(impl, step, time, exc)
+            raise exc
+        try:
+            ok = impl.execute(int(step), float(time), mesh)
+        except BaseException as exc:
+            exc._insitu_during = "adaptor.execute"
+            raise
+        if ok is False:  # the adaptor records one message for a failed step: the newest
+            raise _ExecuteFailed([str(e) for e in _errors(impl)[-1:]])
 
     return _guard("execute", run)
 
