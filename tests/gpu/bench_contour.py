@@ -125,6 +125,7 @@ def warp_surface(vol, level):
     its triangle count; None where Warp is not installed."""
     try:
         import warp as wp
+        import warp.geometry  # a submodule: `import warp` does not load it
     except ImportError:
         return None
     wp.config.quiet = True
