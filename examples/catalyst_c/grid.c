@@ -1,7 +1,7 @@
 /*
  * grid: a Catalyst 2 client in C, written against catalyst.h and the Conduit C API only.
  *
- *   mpiexec -n 2 ./grid insitu.yaml [--n 24] [--steps 3]
+ *   mpiexec -n 2 ./grid insitu.yaml [--n 24] [--steps 3] [--param name=value]
  *
  * The unit cube holds n^3 nodes (spacing h = 1/(n-1)); the nodes are split along z into one
  * slab per rank, neighbouring slabs sharing their boundary plane. Every step each rank hands
@@ -14,8 +14,11 @@
  * all passed by pointer (set_external): nothing is copied. Which implementation runs is the
  * user's choice at run time: with CATALYST_IMPLEMENTATION_NAME=insitu (and
  * CATALYST_IMPLEMENTATION_PATHS=<insitu prefix>/lib/catalyst) it is insitu, drawing what
- * insitu.yaml asks for; unset, Catalyst's stub. Every call's status is printed ("rank R step S
- * status N"), and the program goes on whatever a call returns.
+ * insitu.yaml asks for; unset, Catalyst's stub. --param strings go to
+ * catalyst/state/parameters (insitu takes numeric "name=value" ones as steering parameters).
+ * Every call's status is printed ("rank R step S status N"), rank 0 prints what
+ * catalyst_about and the last catalyst_results said (YAML), and the program goes on whatever
+ * a call returns.
  */
 #include <catalyst.h>
 #include <mpi.h>
@@ -97,7 +100,9 @@ static void describe(conduit_node* mesh, Slab* s, int rank) {
 }
 
 int main(int argc, char** argv) {
-    int rank, size, a, step, n = 24, steps = 3;
+    int rank, size, a, step, n = 24, steps = 3, stop = 0;
+    const char* param = NULL;
+    char* text;
     Slab s;
     conduit_node *init, *exec, *fin, *res, *about;
     enum catalyst_status st;
@@ -108,6 +113,7 @@ int main(int argc, char** argv) {
     for (a = 2; a + 1 < argc; a += 2) {
         if (!strcmp(argv[a], "--n")) n = atoi(argv[a + 1]);
         if (!strcmp(argv[a], "--steps")) steps = atoi(argv[a + 1]);
+        if (!strcmp(argv[a], "--param")) param = argv[a + 1];
     }
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -130,27 +136,37 @@ int main(int argc, char** argv) {
 
     about = conduit_node_create();
     catalyst_about(about);
-    if (rank == 0 && conduit_node_has_path(about, "catalyst/implementation"))
-        printf("implementation %s\n", conduit_node_fetch_path_as_char8_str(about, "catalyst/implementation"));
+    if (rank == 0) {
+        text = conduit_node_to_yaml(about);
+        printf("--- about\n%s\n--- end\n", text);
+        free(text);
+    }
+    res = conduit_node_create();
 
     for (step = 0; step < steps; ++step) {
         fill(&s, step);
         exec = conduit_node_create();
         conduit_node_set_path_int64(exec, "catalyst/state/timestep", step);
         conduit_node_set_path_float64(exec, "catalyst/state/time", 0.1 * step);
+        if (param) conduit_node_set_char8_str(conduit_node_append(conduit_node_fetch(exec, "catalyst/state/parameters")),
+                                              param);
         conduit_node_set_path_char8_str(exec, "catalyst/channels/grid/type", "mesh");
         describe(conduit_node_fetch(exec, "catalyst/channels/grid/data"), &s, rank);
         st = catalyst_execute(exec);
         printf("rank %d step %d status %d\n", rank, step, (int)st);
         conduit_node_destroy(exec);
 
-        res = conduit_node_create();
-        st = catalyst_results(res);
-        a = st == catalyst_status_ok && conduit_node_has_path(res, "insitu/stop") &&
-            conduit_node_fetch_path_as_int64(res, "insitu/stop");
-        conduit_node_destroy(res);
-        if (a) break; /* steering asked the simulation to stop */
+        st = catalyst_results(res); /* fills insitu/{stop, step, params/..., iso_values/..., errors} */
+        stop = st == catalyst_status_ok && conduit_node_has_path(res, "insitu/stop") &&
+               conduit_node_fetch_path_as_int64(res, "insitu/stop");
+        if (stop) break; /* steering asked the simulation to stop */
     }
+    if (rank == 0) {
+        text = conduit_node_to_yaml(res);
+        printf("--- results\n%s\n--- end\n", text);
+        free(text);
+    }
+    conduit_node_destroy(res);
 
     fin = conduit_node_create();
     st = catalyst_finalize(fin);
