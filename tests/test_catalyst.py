@@ -82,7 +82,7 @@ def built(tmp_path_factory) -> types.SimpleNamespace:
          "-DCMAKE_BUILD_TYPE=Release"], top)
     run(["cmake", "--build", top / "ex", "-j", "2"], top)
     return types.SimpleNamespace(impl_dir=str(impl_dir), grid=str(top / "ex" / "grid"),
-                                 bad_nodes=str(top / "ex" / "bad_nodes"))
+                                 bad_nodes=str(top / "ex" / "bad_nodes"), idle=str(top / "ex" / "idle_execute"))
 
 
 def _env(built, implementation: str | None = "insitu") -> dict:
@@ -299,6 +299,19 @@ def test_a_script_insitu_cannot_run_is_refused_and_the_program_goes_on(built, tm
     assert f"catalyst_initialize: catalyst/scripts/main: {says}" in p.stderr, p.stderr
     assert "catalyst_execute: called before a successful catalyst_initialize" in p.stderr
     assert p.stderr.count("catalyst_execute:") == 1  # a failure repeated every step is printed once
+
+
+def test_an_idle_execute_costs_at_most_20_microseconds(built, tmp_path):
+    """A step where nothing is due (the only trigger fires every 10^9 steps): the node's
+    channels are not read; the call is one Python call. Best of 3 passes (a shared CI machine)."""
+    cfg = tmp_path / "idle.json"
+    cfg.write_text(json.dumps({**BAD_CONFIG, "triggers": {"t1": {"every": 10**9, "actions": ["s1"]}}}))
+    p = _launch(1, [built.idle, cfg, 3000, 3], tmp_path, _env(built))
+    passes = [(float(us), int(failed)) for us, failed in re.findall(r"^pass \d us_per_call ([\d.]+) failed (\d+)$",
+                                                                    p.stdout, re.M)]
+    assert len(passes) == 3 and all(f == 0 for _, f in passes), p.stdout + p.stderr
+    assert min(us for us, _ in passes) <= 20.0, p.stdout
+    assert not (tmp_path / "frames").exists()  # nothing was drawn
 
 
 # --------------------------------------------------------------------------- translation (pure)
