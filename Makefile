@@ -4,7 +4,7 @@
 #   make gpu-test  GPU machine only: run tests/gpu with that machine's own Python env
 #   make capi      build the C/C++/Fortran adaptor library (CMakeLists.txt) into build/capi
 #                  (with the Catalyst 2 implementation libcatalyst-insitu when `make catalyst` ran)
-#   make catalyst  build and install Catalyst 2 once into ~/.cache/insitu/catalyst-<tarball hash>
+#   make catalyst  build and install Catalyst 2 once into ~/.cache/insitu/catalyst-<tarball hash>-<venv hash>
 #   make clean     remove .venv, build outputs and caches
 
 PYTHON ?= python3
@@ -53,7 +53,9 @@ capi: system venv
 CATALYST_TGZ    ?= $(abspath $(CURDIR)/../shared/third_party/catalyst-2.0-pre-src.tar.gz)
 CATALYST_HASH   := $(shell test -f "$(CATALYST_TGZ)" && sha256sum "$(CATALYST_TGZ)" | cut -c1-16)
 CATALYST_CACHE  ?= $(HOME)/.cache/insitu
-CATALYST_PREFIX := $(if $(CATALYST_HASH),$(CATALYST_CACHE)/catalyst-$(CATALYST_HASH))
+# Keyed by the venv too: libcatalyst's runpath names the venv's MPI, gone with an old clone.
+CATALYST_MPI    := $(shell echo "$(CURDIR)/$(VENV)" | sha256sum | cut -c1-8)
+CATALYST_PREFIX := $(if $(CATALYST_HASH),$(CATALYST_CACHE)/catalyst-$(CATALYST_HASH)-$(CATALYST_MPI))
 CATALYST_ENV    := $(if $(CATALYST_PREFIX),INSITU_CATALYST_PREFIX="$(CATALYST_PREFIX)")
 
 catalyst: system venv
