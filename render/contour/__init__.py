@@ -105,9 +105,8 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
         tiles = xp.zeros((2, len(levels), ntiles), xp.int32)  # tiles of units not visited hold nothing
         nunits = int(np.prod(_gpu.unit_grid(lo, hi, chunk)))
         units = xp.zeros((len(levels), 3 + nunits), xp.int32)  # per level: how many, which (see _gpu.select)
-        if ranges is None:  # every unit (a pass computing ranges costs a read; see marching_cubes)
+        if ranges is None:  # every unit, a block each (a pass computing ranges costs a read; see marching_cubes)
             units[:, 0] = nunits
-            units[:, 3:] = xp.arange(nunits, dtype=xp.int32)
         else:
             active = xp.empty(nunits, xp.uint8)
     else:  # per segment its start within its task, per task its totals (see _cpu.count)
@@ -119,7 +118,7 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
             if ranges is not None:
                 _gpu.select(ranges, lev, lo, hi, chunk, active, units[n])
             _gpu.count(vol, ext, lev, lo, hi, chunk, tables, counts[0, n], counts[1, n], local[0, n], local[1, n],
-                       tiles[0, n], tiles[1, n], bad, units[n])
+                       tiles[0, n], tiles[1, n], bad, units[n], ranges is not None)
         else:
             bad += _cpu.count(vol, lev, lo_a, hi_a, chunk, tables[0], counts[0, n], counts[1, n], tasks[0, n],
                               tasks[1, n])
@@ -161,7 +160,7 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
             starts = (local[0, n], local[1, n], tiles[0, n], tiles[1, n], vti[lev_tiles], tti[lev_tiles])
             _gpu.generate(vol, ext, lev, lo, hi, chunk, counts[0, n], counts[1, n], starts, vstart,
                           vend[n] - vstart, tables, geo, offset, vals, mesh[4], kdims, n * per_level, *mesh[:4],
-                          vedge, units[n])
+                          vedge, units[n], ranges is not None)
         else:
             at = slice(n * ntasks, (n + 1) * ntasks)
             _cpu.generate(vol, ext, lev, lo_a, hi_a, chunk, counts[0, n], counts[1, n], tasks[0, n], tasks[1, n],

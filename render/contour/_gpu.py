@@ -53,10 +53,11 @@ _SOURCE = r"""
 struct Vol { long long s0, s1, s2; int elo[3], ehi[3]; };  // strides; samples gradients use
 struct Box { int lo0, lo1, lo2, hi0, hi1, hi2, chunk, nbx, nby; };  // nbx, nby: units along j, k
 
-// Unit u = (c * nbx + bx) * nby + by: chunk c, rows lo1 + UROWS bx .., points lo2 + TILE by ..
+// Unit u = (c * nby + by) * nbx + bx: chunk c, rows lo1 + UROWS bx .., points lo2 + TILE by ..
+// (rows fastest: units next in the list share their boundary rows)
 __device__ __forceinline__ void unit_of(int u, const Box& b, int& bx, int& by, int& c) {
-    by = u %% b.nby;
-    bx = (u / b.nby) %% b.nbx;
+    bx = u %% b.nbx;
+    by = (u / b.nbx) %% b.nby;
     c = u / (b.nby * b.nbx);
 }
 
@@ -102,7 +103,7 @@ __global__ void mc_list(const unsigned char* __restrict__ active, const Box b, c
         for (int dc = 0; dc <= min(c, 1); ++dc)
             for (int dx = 0; dx <= min(bx, 1); ++dx)
                 for (int dy = 0; dy <= min(by, 1); ++dy)
-                    take |= active[((c - dc) * b.nbx + bx - dx) * b.nby + by - dy] != 0;
+                    take |= active[((c - dc) * b.nby + by - dy) * b.nbx + bx - dx] != 0;
     }
     const unsigned m = __ballot_sync(FULL, take);
     if (!m) return;
@@ -114,8 +115,15 @@ __global__ void mc_list(const unsigned char* __restrict__ active, const Box b, c
 }
 
 // The next piece of work for a block of a pass (`counter`: 1 or 2, see mc_list): unit
-// units[3 + n / parts], part n %% parts; -1 when none is left.
-__device__ __forceinline__ int next_work(int* units, int counter, int parts, int* s_next, int& part) {
+// units[3 + n / parts], part n %% parts; -1 when none is left. LIST false: every unit is
+// visited (the list is 0, 1, ...), one piece per block, n = blockIdx.x.
+template <bool LIST>
+__device__ __forceinline__ int next_work(int* units, int counter, int parts, int* s_next, int& part, int& calls) {
+    if (!LIST) {
+        const int n = calls++ == 0 ? (int)blockIdx.x : 0x7FFFFFFF;
+        part = n %% parts;
+        return n < parts * units[0] ? n / parts : -1;
+    }
     __syncthreads();  // every warp is done with the previous piece
     if (threadIdx.x == 0 && threadIdx.y == 0) *s_next = atomicAdd(units + counter, 1);
     __syncthreads();
@@ -190,7 +198,7 @@ __device__ __forceinline__ int case_of(int q) {
 // j0 .. j0 + R - 1 and the TILE points k0 .. k0 + TILE - 1 (lanes beyond lend samples),
 // walking the chunk's planes; planes where the warp's samples all lie on one side cost
 // the loads and ballots only. Every sample of the box is also tested for NaN and inf.
-template <typename T, int R, int MINB>
+template <typename T, int R, int MINB, bool LIST>
 __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, const Vol g, const Box b,
         const double level, const float levelf, const signed char* __restrict__ ntri, int* nvert_out,
         int* ntri_out, int* __restrict__ vloc, int* __restrict__ tloc, int* __restrict__ vtile,
@@ -201,8 +209,9 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
     for (int q = tid; q < 256; q += blockDim.x * blockDim.y) s_ntri[q] = ntri[case_of(q)];
     __syncthreads();
     const int lane = threadIdx.x;
-    int part;
-    for (int u = next_work(units, 1, 1, &s_next, part); u >= 0; u = next_work(units, 1, 1, &s_next, part)) {
+    int part, calls = 0;
+    for (int u = next_work<LIST>(units, 1, 1, &s_next, part, calls); u >= 0;
+         u = next_work<LIST>(units, 1, 1, &s_next, part, calls)) {
     int bx, by, c;
     unit_of(u, b, bx, by, c);
     // The 8 warps of a block take consecutive row groups (they share the rows between).
@@ -341,7 +350,7 @@ __device__ __forceinline__ int edge_bits(const unsigned* X, int s) {
 // segments (j + dj, k + dk) whose vertices its cubes use; warps whose segments have
 // nothing leave at once, planes with no crossed edge in reach are stepped over. Vertex
 // and face numbers fit int32 (checked by the caller).
-template <typename T, int MINB>
+template <typename T, int MINB, bool LIST>
 __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, const Vol g, const Box b,
         const double level, const float levelf, const int* __restrict__ nvert, const int* __restrict__ ntri_seg,
         const int* __restrict__ vloc, const int* __restrict__ tloc, const int* __restrict__ vtile,
@@ -361,8 +370,9 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     const int m1 = b.hi1 - b.lo1 + 1, m2 = b.hi2 - b.lo2 + 1;
     // A block takes a third of a unit's rows, the next block the next third (the same
     // unit): the 8 warps each load rows j .. j + 2, so most of their loads hit in L1.
-    int round;
-    for (int u = next_work(units, 2, 3, &s_next, round); u >= 0; u = next_work(units, 2, 3, &s_next, round)) {
+    int round, calls = 0;
+    for (int u = next_work<LIST>(units, 2, 3, &s_next, round, calls); u >= 0;
+         u = next_work<LIST>(units, 2, 3, &s_next, round, calls)) {
     int bx, by, c;
     unit_of(u, b, bx, by, c);
     {
@@ -557,34 +567,39 @@ _KERNELS = {"count": "3, 5", "walk": "3", "vertex": "4"}
 
 
 @functools.cache
-def _module():
+def _module(ctype: str):
+    """The kernels for samples of C type `ctype` (a module per type: a call compiles only
+    what its volume needs)."""
     import cupy
 
     subst = {f"c{a}": ", ".join(str(int(x)) for x in CORNERS[:, a]) for a in range(3)}
     subst.update({f"e{a}": ", ".join(str(int(x)) for x in EDGE_BASE[:, a]) for a in range(3)})
     subst["ea"] = ", ".join(str(int(x)) for x in EDGE_AXIS)
     subst["tile"] = _TILE
-    names = [f"mc_{kind}<{t}, {args}>" for kind, args in _KERNELS.items() for t in _TYPES.values()]
+    names = [f"mc_{kind}<{ctype}, {args}{listed}>" for kind, args in _KERNELS.items()
+             for listed in ((", true", ", false") if kind != "vertex" else ("",))]
     names += ["mc_units", "mc_list"]
-    compiling(_log, "the marching cubes kernels (mc_*)", cupy_cache_dir())
+    compiling(_log, f"the marching cubes kernels (mc_*) for {ctype}", cupy_cache_dir())
     return cupy.RawModule(code=_SOURCE % subst, options=("-std=c++14", "-default-device"),
-                           name_expressions=names)
+                          name_expressions=names)
 
 
 @functools.cache
-def _kernel(kind: str, dtype=None):
+def _kernel(kind: str, dtype=None, listed: bool | None = None):
     if dtype is None:
-        return _module().get_function(f"mc_{kind}")
-    return _module().get_function(f"mc_{kind}<{_TYPES[np.dtype(dtype)]}, {_KERNELS[kind]}>")
+        return _module("float").get_function(f"mc_{kind}")
+    ctype = _TYPES[np.dtype(dtype)]
+    tail = "" if listed is None else (", true" if listed else ", false")
+    return _module(ctype).get_function(f"mc_{kind}<{ctype}, {_KERNELS[kind]}{tail}>")
 
 
 @functools.cache
 def _blocks_per_launch(kind: str, device: int) -> int:
-    """Blocks of a pass's launch: as many as the GPU keeps resident (they loop over the units)."""
+    """Blocks of a pass's launch (they take units until none is left): more than the GPU
+    keeps resident, so every SM stays full whatever the occupancy the registers allow."""
     import cupy
 
-    sms = cupy.cuda.Device(device).attributes["MultiProcessorCount"]
-    return int(sms) * int(_KERNELS[kind].split(",")[-1])
+    return 32 * int(cupy.cuda.Device(device).attributes["MultiProcessorCount"])
 
 
 @functools.cache
@@ -665,27 +680,31 @@ def tile_count(lo, hi, chunk) -> int:
     return ((m[0] - 1) // chunk + 1) * m[1] * -(-m[2] // _TILE)
 
 
-def _launch(kind: str, vol, lo, hi, chunk) -> tuple:
-    n = int(np.prod(unit_grid(lo, hi, chunk)))
-    return (min(n, _blocks_per_launch(kind, vol.device.id)),), (32, 8)
+def _launch(kind: str, vol, lo, hi, chunk, listed: bool) -> tuple:
+    """Grid and block of a pass: a block per piece of work over every unit, or (`listed`)
+    blocks that take the listed units until none is left."""
+    n = int(np.prod(unit_grid(lo, hi, chunk))) * (3 if kind == "walk" else 1)
+    return (min(n, _blocks_per_launch(kind, vol.device.id)) if listed else n,), (32, 8)
 
 
 def count(vol, ext, level, lo, hi, chunk, tables, nvert_out, ntri_out, vloc, tloc, vtile, ttile, stats,
-          units) -> None:
+          units, listed: bool) -> None:
     """Pass 1 (see _cpu.count) over the units listed by select() and the first level of
     the scan: per segment its counts and its first vertex and face within its tile
     (`vloc`, `tloc`), per tile its totals (`vtile`, `ttile`, zeroed by the caller; see
     tile_count). Adds to the device uint64 `stats`: [0] the number of warps that met a
     non-finite sample, [1] vertices, [2] triangles (totals in 64 bits, so int32 scans can
-    be trusted when these fit int32)."""
-    grid, block = _launch("count", vol, lo, hi, chunk)
+    be trusted when these fit int32). `listed`: units from select(), else every unit (a
+    list 0, 1, ... of them all)."""
+    grid, block = _launch("count", vol, lo, hi, chunk, listed)
     box = _box(tuple(lo), tuple(hi), chunk)
-    _kernel("count", vol.dtype)(grid, block, (vol, _vol(vol, ext), box, np.float64(level), _levelf(level), tables[0],
-                                              nvert_out, ntri_out, vloc, tloc, vtile, ttile, stats, units))
+    _kernel("count", vol.dtype, listed)(grid, block, (vol, _vol(vol, ext), box, np.float64(level), _levelf(level),
+                                                      tables[0], nvert_out, ntri_out, vloc, tloc, vtile, ttile, stats,
+                                                      units))
 
 
 def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, starts, vstart, vcount, tables, geo,
-             offset, vals, keys, dims, keybase, verts, faces, normals, vout, vedge, units) -> None:
+             offset, vals, keys, dims, keybase, verts, faces, normals, vout, vedge, units, listed: bool) -> None:
     """Pass 2 (see _cpu.generate) for one level: faces and vertex edges per segment, then
     vertices ``vstart .. vstart + vcount - 1`` one per thread. `starts`: count()'s vloc,
     tloc, vtile, ttile and the inclusive int32 scans of vtile and ttile (global
@@ -697,10 +716,11 @@ def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, starts, vstart, vc
         return
     box = _box(tuple(lo), tuple(hi), chunk)
     g = _vol(vol, ext)
-    grid, block = _launch("walk", vol, lo, hi, chunk)
+    grid, block = _launch("walk", vol, lo, hi, chunk, listed)
     ntk = unit_grid(lo, hi, chunk)[2]
-    _kernel("walk", vol.dtype)(grid, block, (vol, g, box, np.float64(level), _levelf(level), nvert, ntri_seg,
-                                             *starts, np.int32(ntk), tables[0], tables[1], faces, vedge, units))
+    _kernel("walk", vol.dtype, listed)(grid, block, (vol, g, box, np.float64(level), _levelf(level), nvert,
+                                                     ntri_seg, *starts, np.int32(ntk), tables[0], tables[1], faces,
+                                                     vedge, units))
     ptr = lambda a: 0 if a is None else a.data.ptr  # noqa: E731
     vg = _vol(vals, ext) if vals is not None else np.zeros((), _record(tuple(_VOL)))
     o = _struct(_OUT, [geo[:3], 1.0 / geo[:3], geo[3:], offset, dims, keybase, ptr(verts), ptr(faces),

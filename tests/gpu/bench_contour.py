@@ -229,8 +229,8 @@ def parts(sizes, reps=7):
     launch, summarize = _gpu._kernel, ranges._gpu_ranges
     times = collections.defaultdict(list)
 
-    def timed(kind, dtype=None):
-        f = launch(kind, dtype)
+    def timed(kind, dtype=None, listed=None):
+        f = launch(kind, dtype, listed)
 
         def run(*args):
             a, b = cp.cuda.Event(), cp.cuda.Event()
