@@ -5,6 +5,7 @@
 #   make capi      build the C/C++/Fortran adaptor library (CMakeLists.txt) into build/capi
 #                  (with the Catalyst 2 implementation libcatalyst-insitu when `make catalyst` ran)
 #   make catalyst  build and install Catalyst 2 once into ~/.cache/insitu/catalyst-<tarball hash>-<venv hash>
+#   make conduit   build Conduit's Python module once into ~/.cache/insitu/conduit-<tarball hash>-<venv hash>
 #   make clean     remove .venv, build outputs and caches
 
 PYTHON ?= python3
@@ -14,7 +15,7 @@ STAMP  := $(VENV)/.installed
 # mpiexec comes from the mpich wheel inside the venv: put the venv first on PATH.
 VENV_PATH := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)"
 
-.PHONY: all venv system test demo gpu-test capi catalyst clean
+.PHONY: all venv system test demo gpu-test capi catalyst conduit clean
 
 all: test
 
@@ -30,10 +31,10 @@ $(STAMP): pyproject.toml
 	$(VPY) -m pip install -q -e '.[test]'
 	@touch $@
 
-test: system venv catalyst
+test: system venv catalyst conduit
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV_PATH) $(CATALYST_ENV) $(VPY) -m pytest -q
+	$(VENV_PATH) $(CATALYST_ENV) $(CONDUIT_ENV) $(VPY) -m pytest -q
 
 demo: system venv
 	@mkdir -p out
@@ -75,6 +76,42 @@ else
 	  && cmake --install "$$tmp/build" >> "$$tmp/build.log" 2>&1 \
 	  || { tail -40 "$$tmp/build.log"; rm -rf "$(CATALYST_PREFIX)"; exit 1; }; \
 	  touch "$(CATALYST_PREFIX)/.complete"'
+endif
+
+# Conduit's Python module (conduit.Node, conduit.blueprint.mesh.verify and its example meshes), built
+# from the shared source tarball once per machine into a cache keyed by the tarball's hash and the venv
+# (the module is compiled against this venv's Python and NumPy; about 270 s on 2 cores).
+# tests/test_blueprint.py imports it from INSITU_CONDUIT_PYTHONPATH; without the tarball nothing is
+# built and those tests skip, saying so. Conduit installs its pure-Python part with `pip install . -V`
+# (an option pip no longer has, and a build needing `wheel`): a two-line copy of py_src stands in.
+CONDUIT_TGZ    ?= $(abspath $(CURDIR)/../shared/third_party/conduit-src.tar.gz)
+CONDUIT_HASH   := $(shell test -f "$(CONDUIT_TGZ)" && sha256sum "$(CONDUIT_TGZ)" | cut -c1-16)
+CONDUIT_PREFIX := $(if $(CONDUIT_HASH),$(CATALYST_CACHE)/conduit-$(CONDUIT_HASH)-$(CATALYST_MPI))
+CONDUIT_ENV    := $(if $(CONDUIT_PREFIX),INSITU_CONDUIT_PYTHONPATH="$(CONDUIT_PREFIX)/python-modules")
+
+conduit: system venv
+ifeq ($(CONDUIT_PREFIX),)
+	@echo "conduit: $(CONDUIT_TGZ) not found: Conduit not built (its tests will skip)"
+else
+	@mkdir -p "$(CATALYST_CACHE)"
+	@flock "$(CATALYST_CACHE)/conduit.lock" bash -c 'set -e; \
+	  test ! -f "$(CONDUIT_PREFIX)/.complete" || exit 0; \
+	  echo "conduit: building $(CONDUIT_TGZ) into $(CONDUIT_PREFIX) (once, about 5 min)"; \
+	  rm -rf "$(CONDUIT_PREFIX)"; tmp=$$(mktemp -d); trap "rm -rf $$tmp" EXIT; \
+	  tar xzf "$(CONDUIT_TGZ)" -C "$$tmp"; \
+	  printf "%s\n" "import shutil, sys" "dest = sys.argv[sys.argv.index(\"--target\") + 1]" \
+	    "shutil.copytree(\"py_src\", dest + \"/conduit\", dirs_exist_ok=True)" > "$$tmp/copy_py_src.py"; \
+	  sed -i "s|-m pip install \. -V --upgrade|$$tmp/copy_py_src.py|" "$$tmp/src/src/cmake/thirdparty/SetupPython.cmake"; \
+	  cmake -S "$$tmp/src/src" -B "$$tmp/build" -DCMAKE_BUILD_TYPE=Release -DENABLE_PYTHON=ON \
+	    -DPYTHON_EXECUTABLE="$(CURDIR)/$(VPY)" -DENABLE_TESTS=OFF -DENABLE_DOCS=OFF -DENABLE_FORTRAN=OFF \
+	    -DENABLE_MPI=OFF -DENABLE_UTILS=OFF -DENABLE_EXAMPLES=OFF -DENABLE_RELAY_WEBSERVER=OFF \
+	    -DCMAKE_INSTALL_PREFIX="$(CONDUIT_PREFIX)" > "$$tmp/build.log" 2>&1 \
+	  && cmake --build "$$tmp/build" -j 2 >> "$$tmp/build.log" 2>&1 \
+	  && cmake --install "$$tmp/build" >> "$$tmp/build.log" 2>&1 \
+	  && PYTHONPATH="$(CONDUIT_PREFIX)/python-modules" "$(CURDIR)/$(VPY)" -c "import conduit.blueprint" \
+	    >> "$$tmp/build.log" 2>&1 \
+	  || { tail -40 "$$tmp/build.log"; rm -rf "$(CONDUIT_PREFIX)"; exit 1; }; \
+	  touch "$(CONDUIT_PREFIX)/.complete"'
 endif
 
 # For the GPU machine, which has its own Python environment (CuPy, CUDA bindings, the
