@@ -35,10 +35,10 @@ What is read:
   ghost) and ``vtkGhostType`` (VTK's bits: DUPLICATECELL or HIDDENCELL = ghost); the
   real cells must form a box; without ghosts every cell is real;
 - ``mcarray`` fields (values ``{x, y, z}``, ``{u, v, w}`` or any component names;
-  separate arrays, or views of one interleaved array): field ``<name>`` is a
-  :class:`VectorField` whose scalar values are the magnitude (computed when first read),
-  and ``<name>/<component>`` are scalar fields, views of the components. Filters that
-  take a scalar take either.
+  separate arrays, or views of one interleaved array) become scalar fields: ``<name>/<c>``
+  for each component (views, as the Catalyst adaptor names them) and ``<name>/magnitude``,
+  a :class:`VectorField` holding the components, whose values (the magnitude) are
+  computed when first read. Filters that take a scalar take any of them.
 
 A vertex field may carry its per-tile value ranges beside its values,
 ``"tile_ranges": {"span": [si, sj, sk], "values": ...}`` (or an
@@ -228,11 +228,20 @@ def _tree(obj):
         return obj
     n = obj.number_of_children()
     if n == 0:
-        return obj.value()  # a leaf: a NumPy view of the node's memory (offset, stride), a number or a str
+        return _leaf(obj.value())
     names = list(obj.child_names())
     if not names or not any(names):  # a list node
         return [_tree(obj.child(i)) for i in range(n)]
     return _NodeMap(obj, names)
+
+
+def _leaf(v):
+    """A Node leaf's value: a NumPy view of its memory (offset, stride), a number or a str.
+    Conduit flags a strided view C-contiguous, and NumPy's contiguous fast paths (reshape,
+    copies, some ufunc loops) trust the flag: the view is rebuilt with true flags."""
+    if isinstance(v, np.ndarray) and v.ndim == 1 and v.shape[0] > 1 and v.strides[0] != v.itemsize:
+        return np.lib.stride_tricks.as_strided(v, v.shape, v.strides)
+    return v
 
 
 class _NodeMap(Mapping):
@@ -627,10 +636,10 @@ def _field(fields: dict, name: str, f, fpath: str, tname: str, dims: tuple, cdim
             raise MeshError(f"{fpath}values/{c}: expected an array (an mcarray component), got a map")
         comps[str(c)] = _values(a, shape, f"{fpath}values/{c}")
     for c, a in comps.items():
-        if f"{name}/{c}" in fields:
+        if f"{name}/{c}" in fields or c == "magnitude":
             raise MeshError(f"{fpath}values/{c}: field {name}/{c} exists already")
         fields[f"{name}/{c}"] = Field(assoc, a)
-    fields[name] = VectorField(assoc, comps)
+    fields[f"{name}/magnitude"] = VectorField(assoc, comps)
 
 
 def _get_map(f, fpath: str) -> Mapping:
@@ -667,11 +676,8 @@ def _values(v, shape: tuple, path: str):
 
 
 def _ijk(a, shape: tuple):
-    """A flat array in Conduit's order (i fastest) as an ``[i, j, k]`` view of `shape`.
-
-    Built from its stride, not by ``reshape``: Conduit's Python module marks strided leaves
-    (an interleaved mcarray's components) C-contiguous, and NumPy's reshape trusts the flag.
-    """
+    """A flat array in Conduit's order (i fastest) as an ``[i, j, k]`` view of `shape`
+    (built from its stride: never a copy, whatever its flags say)."""
     if arrays.is_device_array(a):
         return a.reshape(shape[::-1]).transpose()
     s = a.strides[0] if a.shape[0] > 1 else a.itemsize

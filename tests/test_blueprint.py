@@ -15,7 +15,7 @@ import pytest
 
 import adaptors
 from adaptors.errors import MeshError
-from adaptors.mesh import VectorField, parse
+from adaptors.mesh import VectorField, _tree, parse
 
 N = 17  # braid's nodes per axis
 CAMERA = {"position": [0.0, 0.0, 60.0], "look_at": [0.0, 0.0, 0.0], "fov": 40.0}
@@ -145,8 +145,10 @@ def test_conduit_examples_parse_and_draw_or_are_refused_with_their_path(conduit,
 def test_braid_vel_mcarray_is_a_vector_with_component_views_and_magnitude(conduit, tmp_path):
     node = braid(conduit, "uniform")
     (d,) = parse(node)
-    vel = d.fields["vel"]
+    assert sorted(d.fields) == ["braid", "radial", "vel/magnitude", "vel/u", "vel/v", "vel/w"]
+    vel = d.fields["vel/magnitude"]
     assert isinstance(vel, VectorField) and sorted(vel.components) == ["u", "v", "w"]
+    assert vel.components["u"] is d.fields["vel/u"].values
     comps = {c: node.fetch_existing(f"fields/vel/values/{c}").value() for c in "uvw"}
     for c, v in comps.items():
         assert np.shares_memory(d.fields[f"vel/{c}"].values, v)
@@ -154,7 +156,7 @@ def test_braid_vel_mcarray_is_a_vector_with_component_views_and_magnitude(condui
     mag = np.sqrt(sum(flat(v).astype(np.float64) ** 2 for v in comps.values()))
     np.testing.assert_allclose(vel.values, mag, rtol=1e-12)
     iso = float(np.median(mag))
-    img = draw(tmp_path / "node", node, field="vel", iso=iso)
+    img = draw(tmp_path / "node", node, field="vel/magnitude", iso=iso)
     ref = draw(tmp_path / "ref", reference_uniform(node, vel=mag), field="vel", iso=iso)
     assert (img[..., 3] > 0).mean() > 0.05
     np.testing.assert_array_equal(img, ref)
@@ -178,6 +180,25 @@ def test_interleaved_mcarray_node_components_are_strided_views(conduit):
         got = d.fields[f"p/{c}"].values
         assert np.shares_memory(got, v) and got.strides[0] == 24
         np.testing.assert_array_equal(got, flat(v))
+        # Conduit flags such leaves C-contiguous: NumPy's contiguous fast paths must not see that flag.
+        np.testing.assert_array_equal(np.ascontiguousarray(got), flat(v))
+        np.testing.assert_array_equal(got.astype(np.float32), flat(v))
+    leaf = _tree(xyz)["y"]  # the walker's leaves carry true flags (coordinates are read flat)
+    assert not leaf.flags.c_contiguous and leaf.copy().tolist() == leaf.tolist()
+
+
+def test_braid_fields_all_go_to_an_hdf5_extract(conduit, tmp_path):
+    h5py = pytest.importorskip("h5py")
+    from adaptors.extracts import write_hdf5
+
+    node = braid(conduit, "uniform")
+    (d,) = parse(node)
+    out = write_hdf5(str(tmp_path / "x.h5"), [d], None, step=0, time=0.0, rank=0, nranks=1)
+    with h5py.File(out) as f:
+        g = f["domain_000000"]
+        for name in d.fields:
+            np.testing.assert_array_equal(g[name][()], d.fields[name].values)
+        assert sorted(g["vel"]) == ["magnitude", "u", "v", "w"]
 
 
 def test_uniform_dicts_pass_conduit_verify(conduit):
@@ -329,9 +350,9 @@ def test_mcarray_dicts_separate_and_interleaved():
         got = d.fields[f"v/{c}"].values
         assert np.shares_memory(got, buf) and got.shape == (4, 5, 6)
         np.testing.assert_array_equal(got, buf[..., n].transpose())
-    np.testing.assert_allclose(d.fields["v"].values, np.linalg.norm(buf, axis=-1).transpose(), rtol=1e-12)
-    assert d.fields["c"].values.dtype == np.float32 and d.fields["c/u"].values is cells["u"]
-    np.testing.assert_allclose(d.fields["c"].values, np.hypot(cells["u"], cells["v"]), rtol=1e-6)
+    np.testing.assert_allclose(d.fields["v/magnitude"].values, np.linalg.norm(buf, axis=-1).transpose(), rtol=1e-12)
+    assert d.fields["c/magnitude"].values.dtype == np.float32 and d.fields["c/u"].values is cells["u"]
+    np.testing.assert_allclose(d.fields["c/magnitude"].values, np.hypot(cells["u"], cells["v"]), rtol=1e-6)
     np.testing.assert_allclose(d.vertex_values("v/y"), buf[..., 1].transpose())
     fields["v"]["tile_ranges"] = {"span": [2, 2, 2], "values": np.zeros((2, 3, 3, 2))}
     with pytest.raises(MeshError, match=r"fields/v/tile_ranges: only scalar vertex fields"):
