@@ -94,7 +94,8 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     m = [h - l + 1 for l, h in zip(lo, hi)]
     chunk = chunk_planes(m[0])
     nseg = ((m[0] - 1) // chunk + 1) * m[1] * m[2]
-    counts = xp.empty((2, len(levels), nseg), xp.int32)  # pass 1 writes every segment
+    cshape = (2, len(levels), nseg)  # pass 1 writes every segment (on the host: kept scratch, see _cpu.ScratchPool)
+    counts = xp.empty(cshape, xp.int32) if gpu else _cpu.scratch.take(cshape, np.int32)
     lo_a, hi_a = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
     if gpu and vals is not None and vals.dtype not in (xp.float32, xp.float64):
         vals = vals.astype(xp.float64)  # the CUDA kernel samples float32 and float64 as they are
@@ -170,6 +171,8 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
                           mesh[4] if dims is not None else np.zeros(1, np.int64), dims is not None,
                           kdims, n * per_level, mesh[0], mesh[1], mesh[2],
                           mesh[3] if vals is not None else np.zeros(1, np.float32))
+    if not gpu:
+        _cpu.scratch.give(counts)
     if vals is not None:
         _check_sampled(mesh[3], vname)
     return tuple(mesh)

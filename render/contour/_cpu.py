@@ -19,9 +19,12 @@ a 64-bit word of edge bits or cases says something is crossed.
 from __future__ import annotations
 
 import math
+import threading
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.extending import intrinsic
 
 from insitu.log import watch_jit
 
@@ -54,9 +57,75 @@ def _bits(vol, i, j, k0, n, level, out, check):
     return bad
 
 
+@intrinsic
+def _cttz(typingctx, x):
+    """Trailing zero bits of a non-zero integer (one instruction)."""
+    def codegen(context, builder, sig, args):
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 1))
+    return x(x), codegen
+
+
+_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
+_HIGH = np.uint64(0x8080808080808080)
+
+
+@numba.njit(inline="always")
+def _crossed(word):
+    """High bit of each byte of `word` that is neither 0 nor 0xFF (a crossed cube)."""
+    d = (word ^ (word >> np.uint64(1))) & _LOW7  # a byte's neighbouring bits differ
+    return ((d + _LOW7) | d) & _HIGH
+
+
+@numba.njit(inline="always")
+def _below(n):
+    """Bytes 0 .. n - 1 of a word set (none for n <= 0, all for n >= 8)."""
+    if n >= 8:
+        return np.uint64(0xFFFFFFFFFFFFFFFF)
+    return (np.uint64(1) << np.uint64(8 * n)) - np.uint64(1) if n > 0 else np.uint64(0)
+
+
+@numba.njit(inline="always")
+def _u(i):
+    """An index known to be >= 0, as unsigned: Numba then skips the negative-index wraparound."""
+    return np.uint64(i)
+
+
 @numba.njit(inline="always")
 def _popc(b):
     return (b & 1) + ((b >> 1) & 1) + ((b >> 2) & 1)
+
+
+class ScratchPool:
+    """Host scratch arrays kept between calls, by shape and dtype.
+
+    A fresh large ``np.empty`` is mapped anew by the allocator and its pages are
+    faulted in (and zeroed by the kernel) at the first write: at 128^3 pass 1's
+    per-segment counts cost 256 page faults a call. Arrays of up to `max_bytes` in
+    all are kept; several threads may take and give concurrently.
+    """
+
+    def __init__(self, max_bytes: int = 32 << 20):
+        self._free: list[np.ndarray] = []
+        self._lock = threading.Lock()
+        self._max = max_bytes
+
+    def take(self, shape: tuple, dtype) -> np.ndarray:
+        """An array of `shape` and `dtype`, contents undefined."""
+        with self._lock:
+            for n, a in enumerate(self._free):
+                if a.shape == shape and a.dtype == dtype:
+                    return self._free.pop(n)
+        return np.empty(shape, dtype)
+
+    def give(self, a: np.ndarray) -> None:
+        """Keep `a` for a later take (the caller no longer uses it); the oldest go first."""
+        with self._lock:
+            self._free.append(a)
+            while sum(b.nbytes for b in self._free) > self._max:
+                self._free.pop(0)
+
+
+scratch = ScratchPool()
 
 
 def tasks(lo, hi, chunk: int) -> int:
@@ -148,13 +217,14 @@ def count(vol, level, lo, hi, chunk, ntri, vloc, tloc, vtask, ttask):
                 continue
             n = ncr * W
             _cases(b, bx, S[(p + 1) * PL + W:], by, n, q, C)
-            for wd in range(n // 8):
-                word = C64[wd]
-                if word == 0 or word == 0xFFFFFFFFFFFFFFFF:
-                    continue
-                for x in range(wd * 8, wd * 8 + 8):
-                    if x % W < m2 - 1:  # a cube: k < hi[2]
-                        nt[x] += ntri[C[x]]
+            for rr in range(ncr):
+                for wd in range(rr * W // 8, (rr * W + m2 + 6) // 8):
+                    word = C64[wd]
+                    if word == 0 or word == 0xFFFFFFFFFFFFFFFF:
+                        continue
+                    word &= _below(rr * W + m2 - 1 - wd * 8)  # cubes: k < hi[2] (case 0 has no triangle)
+                    for b in range(8):
+                        nt[_u(wd * 8 + b)] += ntri[_u((word >> np.uint64(8 * b)) & np.uint64(0xFF))]
         vrun, trun = 0, 0
         for rr in range(nj):
             seg0 = (c * m1 + j0 + rr - lo[1]) * m2
@@ -186,45 +256,85 @@ def _grad(vol, i, j, k, ext, out):
             out[a] = (float(vol[i + di, j + dj, k + dk]) - float(vol[i - di, j - dj, k - dk])) / 2.0
 
 
+_BATCH = 256  # vertices gathered before their arithmetic runs as one vectorized loop
+
+
 @numba.njit(inline="always")
-def _vertex(vol, ext, level, i, j, k, a, n, geo, offset, vals, has_vals, keys, has_keys, dims, keybase,
-            verts, normals, vout, ga, gb):
-    """Write the vertex of edge (i, j, k) + axis a as number n."""
-    di, dj, dk = (1, 0, 0) if a == 0 else ((0, 1, 0) if a == 1 else (0, 0, 1))
-    va = float(vol[i, j, k])
-    vb = float(vol[i + di, j + dj, k + dk])
-    t = (level - va) / (vb - va)
-    p = (i, j, k)
+def _gather(vol, ext, i, j, k, a, n, offset, vals, has_vals, keys, has_keys, dims, keybase, buf, num, q, ga, gb):
+    """Gather what vertex n (edge (i, j, k) + axis a) needs into column q of `buf`: the
+    sample at the edge's start and the difference to its end, the gradients at both
+    ends, its first point (global, float) and the second field's sample and difference;
+    number and axis into `num`. No branch on the axis
+    (the edges come in an order the branch predictor cannot follow)."""
+    q = _u(q)
+    di, dj, dk = int(a == 0), int(a == 1), int(a == 2)
     ib, jb, kb = i + di, j + dj, k + dk
+    # float() keeps a float32 sample float32: differences are taken in the samples' type
+    # (as the kernels always have), then widened
+    va = float(vol[_u(i), _u(j), _u(k)])
+    buf[0, q] = va
+    buf[1, q] = float(vol[_u(ib), _u(jb), _u(kb)]) - va
     if ext[0] < i and ib < ext[3] and ext[1] < j and jb < ext[4] and ext[2] < k and kb < ext[5]:
         # Both ends inside: central differences, as _grad takes them, without its tests
-        ga[0] = (float(vol[i + 1, j, k]) - float(vol[i - 1, j, k])) / 2.0
-        ga[1] = (float(vol[i, j + 1, k]) - float(vol[i, j - 1, k])) / 2.0
-        ga[2] = (float(vol[i, j, k + 1]) - float(vol[i, j, k - 1])) / 2.0
-        gb[0] = (float(vol[ib + 1, jb, kb]) - float(vol[ib - 1, jb, kb])) / 2.0
-        gb[1] = (float(vol[ib, jb + 1, kb]) - float(vol[ib, jb - 1, kb])) / 2.0
-        gb[2] = (float(vol[ib, jb, kb + 1]) - float(vol[ib, jb, kb - 1])) / 2.0
+        buf[2, q] = (float(vol[_u(i + 1), _u(j), _u(k)]) - float(vol[_u(i - 1), _u(j), _u(k)])) / 2.0
+        buf[3, q] = (float(vol[_u(i), _u(j + 1), _u(k)]) - float(vol[_u(i), _u(j - 1), _u(k)])) / 2.0
+        buf[4, q] = (float(vol[_u(i), _u(j), _u(k + 1)]) - float(vol[_u(i), _u(j), _u(k - 1)])) / 2.0
+        buf[5, q] = (float(vol[_u(ib + 1), _u(jb), _u(kb)]) - float(vol[_u(ib - 1), _u(jb), _u(kb)])) / 2.0
+        buf[6, q] = (float(vol[_u(ib), _u(jb + 1), _u(kb)]) - float(vol[_u(ib), _u(jb - 1), _u(kb)])) / 2.0
+        buf[7, q] = (float(vol[_u(ib), _u(jb), _u(kb + 1)]) - float(vol[_u(ib), _u(jb), _u(kb - 1)])) / 2.0
     else:
         _grad(vol, i, j, k, ext, ga)
         _grad(vol, ib, jb, kb, ext, gb)
-    nn = 0.0
-    for d in range(3):
-        x = float(p[d] + offset[d]) + (t if d == a else 0.0)
-        verts[n, d] = x * geo[d] + geo[3 + d]
-        g = (ga[d] + (gb[d] - ga[d]) * t) / geo[d]
-        ga[d] = g
-        nn += g * g
-    nn = math.sqrt(nn)
-    for d in range(3):
-        normals[n, d] = -ga[d] / nn if nn > 0 else 0.0
+        for d in range(3):
+            buf[2 + d, q] = ga[d]
+            buf[5 + d, q] = gb[d]
+    buf[8, q] = float(i + offset[0])
+    buf[9, q] = float(j + offset[1])
+    buf[10, q] = float(k + offset[2])
     if has_vals:
-        sa = float(vals[i, j, k])
-        vout[n] = sa + (float(vals[i + di, j + dj, k + dk]) - sa) * t
+        sa = float(vals[_u(i), _u(j), _u(k)])
+        buf[11, q] = sa
+        buf[12, q] = float(vals[_u(ib), _u(jb), _u(kb)]) - sa
     if has_keys:
         keys[n] = keybase + ((a * dims[0] + i + offset[0]) * dims[1] + j + offset[1]) * dims[2] + k + offset[2]
+    num[0, q] = n
+    num[1, q] = a
 
 
-@numba.njit(parallel=True, cache=True)
+@numba.njit(inline="always")
+def _emit(buf, num, cnt, level, geo, res, has_vals, verts, normals, vout):
+    """Positions, normals (and sampled values) of the `cnt` gathered vertices: the
+    divisions and square roots in one loop the compiler vectorizes, then stored."""
+    s0, s1, s2, o0, o1, o2 = geo[0], geo[1], geo[2], geo[3], geo[4], geo[5]
+    for q in range(cnt):
+        t = (level - buf[0, q]) / buf[1, q]
+        a = num[1, q]
+        res[0, q] = (buf[8, q] + (t if a == 0 else 0.0)) * s0 + o0
+        res[1, q] = (buf[9, q] + (t if a == 1 else 0.0)) * s1 + o1
+        res[2, q] = (buf[10, q] + (t if a == 2 else 0.0)) * s2 + o2
+        g0 = (buf[2, q] + (buf[5, q] - buf[2, q]) * t) / s0
+        g1 = (buf[3, q] + (buf[6, q] - buf[3, q]) * t) / s1
+        g2 = (buf[4, q] + (buf[7, q] - buf[4, q]) * t) / s2
+        nn = math.sqrt(g0 * g0 + g1 * g1 + g2 * g2)
+        pos = nn > 0
+        res[3, q] = -g0 / nn if pos else 0.0
+        res[4, q] = -g1 / nn if pos else 0.0
+        res[5, q] = -g2 / nn if pos else 0.0
+        if has_vals:
+            res[6, q] = buf[11, q] + buf[12, q] * t
+    for q in range(cnt):
+        n = _u(num[0, q])
+        verts[n, 0] = res[0, q]
+        verts[n, 1] = res[1, q]
+        verts[n, 2] = res[2, q]
+        normals[n, 0] = res[3, q]
+        normals[n, 1] = res[4, q]
+        normals[n, 2] = res[5, q]
+        if has_vals:
+            vout[n] = res[6, q]
+
+
+@numba.njit(parallel=True, cache=True, error_model="numpy")  # divisions vectorize: no zero test
 def generate(vol, ext, level, lo, hi, chunk, vloc, tloc, vtask, ttask, voff, toff, ntri, tri, edge, geo, offset,
              vals, has_vals, keys, has_keys, dims, keybase, verts, faces, normals, vout):
     """Pass 2: write vertices, faces, normals (and sampled values, global edge keys).
@@ -236,8 +346,11 @@ def generate(vol, ext, level, lo, hi, chunk, vloc, tloc, vtask, ttask, voff, tof
     A task takes pass 1's chunk and rows, over the k range of its segments that have
     anything to write. Plane by plane it finds, for all its rows at once, the crossed
     edges and first vertex number of each point and the case of each cube (loops over
-    whole planes of bytes), then writes the vertices of crossed edges and the triangles
-    of crossed cubes, found eight at a time.
+    whole planes of bytes). Walking the set bits of 64-bit words (one per crossed edge,
+    one per crossed cube: no branch per point), it numbers the crossed edges of the
+    next plane into E and gathers their vertices, whose arithmetic then runs in
+    vectorized batches (_emit); the triangles of the cubes between the two planes then
+    read their vertex numbers from E.
     """
     m1, m2 = hi[1] - lo[1] + 1, hi[2] - lo[2] + 1
     nch = (hi[0] - lo[0]) // chunk + 1
@@ -275,18 +388,17 @@ def generate(vol, ext, level, lo, hi, chunk, vloc, tloc, vtask, ttask, voff, tof
                         False, 0)
         X64 = np.zeros(2 * XL // 8, np.uint64)  # crossed-edge bits, planes i and i + 1 by parity
         X = X64.view(np.uint8)
-        V = np.zeros(2 * XL, np.int64)  # first vertex number at each point
+        V = np.zeros(2 * XL, np.int32)  # first vertex number at each point (the mesh has int32 indices)
+        E = np.empty(6 * XL, np.int32)  # per parity and axis, the vertex number of each crossed edge
         C64 = np.zeros(XL // 8, np.uint64)  # cube cases
         C = C64.view(np.uint8)
         q = np.zeros(XL + 1, np.uint8)
-        T = np.zeros(nj * W, np.int64)  # next triangle of each segment
-        at = np.empty((2, 12), np.int64)  # per parity of i, per cube edge: its place in X, V at (j0, k0)
-        below = np.empty(12, np.uint8)  # per cube edge: the bits of the edges numbered before it at its point
+        T = np.zeros(nj * W, np.int32)  # next triangle of each segment
+        at = np.empty((2, 12), np.int64)  # per parity of i, per cube edge: its place in E at (j0, k0)
         for le in range(12):
-            below[le] = (1 << edge[le, 3]) - 1
             for par in range(2):
                 pl = par if edge[le, 0] == 0 else 1 - par
-                at[par, le] = pl * XL + edge[le, 1] * W + edge[le, 2]
+                at[par, le] = (3 * pl + edge[le, 3]) * XL + edge[le, 1] * W + edge[le, 2]
         for rr in range(ny):
             for w in range(nx):
                 x = seg0 + rr * m2 + ka + w
@@ -298,61 +410,94 @@ def generate(vol, ext, level, lo, hi, chunk, vloc, tloc, vtask, ttask, voff, tof
         _plane_edges(S, 0, PL, W, XL, X[:XL], i0 < hi[0], j0, nj, hi[1])
         ga = np.zeros(3)
         gb = np.zeros(3)
+        buf = np.empty((13, _BATCH))
+        num = np.empty((2, _BATCH), np.int64)
+        res = np.empty((7, _BATCH), np.float32)
+        field = (vol, ext, level, geo, offset, vals, has_vals, keys, has_keys, dims, keybase)
+        out = (verts, normals, vout, buf, num, res, ga, gb)
+        _vertices(field, out, i0, 0, j0, k0, X64, X, V, E, XL, W, ny, nj, nx, nw)
         for i in range(i0, i1 + 1):
             p = i - i0
             ps = p & 1
-            xc, vc = X[ps * XL:(ps + 1) * XL], V[ps * XL:(ps + 1) * XL]
-            if i < hi[0]:  # the next plane's crossings and first vertex numbers
-                xn, vn = X[(1 - ps) * XL:(2 - ps) * XL], V[(1 - ps) * XL:(2 - ps) * XL]
-                _plane_edges(S, p + 1, PL, W, XL, xn, i + 1 < hi[0], j0, nj, hi[1])
-                if i < i1:
-                    for x in range(XL):
-                        b = xc[x]
-                        vn[x] = vc[x] + ((b & 1) + ((b >> 1) & 1) + (b >> 2))
-                else:  # the next plane starts the next chunk's segments
-                    for rr in range(ny):
-                        for w in range(nx):
-                            x = seg0 + m1 * m2 + rr * m2 + ka + w
-                            vn[rr * W + w] = _first(vloc, voff, x, m1, m2, ngr)
-            xw = X64[ps * XL // 8:(ps + 1) * XL // 8]
-            for rr in range(nj):
-                for wd in range(rr * W // 8, (rr * W + nw + 7) // 8):
-                    if xw[wd] == 0:
-                        continue
-                    for x in range(wd * 8, wd * 8 + 8):
-                        xb = xc[x]
-                        w = x - rr * W
-                        if xb == 0 or w >= nw:
-                            continue
-                        n = vc[x]
-                        for a in range(3):
-                            if (xb >> a) & 1:
-                                _vertex(vol, ext, level, i, j0 + rr, k0 + w, a, n, geo, offset, vals, has_vals,
-                                        keys, has_keys, dims, keybase, verts, normals, vout, ga, gb)
-                                n += 1
-            if i == hi[0] or ncube_rows <= 0:
+            if i == hi[0]:  # the last plane: no cubes
                 continue
-            n = ncube_rows * W
-            _cases(S[p * PL:], S[(p + 1) * PL:], S[(p + 1) * PL + W:], S[p * PL + W:], n, q, C)
-            ed = at[ps]
-            last = min(nw, nz)
-            for rr in range(ncube_rows):
-                for wd in range(rr * W // 8, (rr * W + last + 7) // 8):
-                    word = C64[wd]
-                    if word == 0 or word == 0xFFFFFFFFFFFFFFFF:
-                        continue
-                    for x in range(wd * 8, wd * 8 + 8):
-                        cs = C[x]
-                        nt = ntri[cs]
-                        if nt == 0 or x - rr * W >= last:
-                            continue
-                        tt = T[x]
-                        for t in range(nt):
-                            for c3 in range(3):
-                                le = tri[cs, 3 * t + c3]
-                                y = ed[le] + x
-                                faces[tt + t, c3] = V[y] + _popc(X[y] & below[le])
-                        T[x] = tt + nt
+            xc, vc = X[ps * XL:(ps + 1) * XL], V[ps * XL:(ps + 1) * XL]
+            # The next plane's crossings, first vertex numbers and vertices (numbers only
+            # when it is the next chunk's)
+            xn, vn = X[(1 - ps) * XL:(2 - ps) * XL], V[(1 - ps) * XL:(2 - ps) * XL]
+            _plane_edges(S, p + 1, PL, W, XL, xn, i + 1 < hi[0], j0, nj, hi[1])
+            if i < i1:
+                for x in range(XL):
+                    b = xc[x]
+                    vn[x] = vc[x] + ((b & 1) + ((b >> 1) & 1) + (b >> 2))
+            else:
+                for rr in range(ny):
+                    for w in range(nx):
+                        x = seg0 + m1 * m2 + rr * m2 + ka + w
+                        vn[rr * W + w] = _first(vloc, voff, x, m1, m2, ngr)
+            nown = nj if i < i1 else 0
+            _vertices(field, out, i + 1, p + 1, j0, k0, X64, X, V, E, XL, W, ny, nown, nx, nw)
+            if ncube_rows <= 0:
+                continue
+            _cases(S[p * PL:], S[(p + 1) * PL:], S[(p + 1) * PL + W:], S[p * PL + W:], ncube_rows * W, q, C)
+            _faces(C64, C, T, E, at[ps], ntri, tri, ncube_rows, W, min(nw, nz), faces)
+
+
+@numba.njit(inline="always")
+def _vertices(field, out, i, p, j0, k0, X64, X, V, E, XL, W, ny, nown, nx, nw):
+    """The vertex numbers of the crossed edges of plane i (the task's plane p) into E,
+    rows 0 .. ny - 1, points 0 .. nx - 1; the vertices themselves of the first `nown`
+    rows, points 0 .. nw - 1 (the task's own), gathered `_BATCH` at a time.
+
+    `field`: the volume and what generate's vertices take from it; `out`: the mesh's
+    arrays and the scratch of _gather and _emit."""
+    vol, ext, level, geo, offset, vals, has_vals, keys, has_keys, dims, keybase = field
+    verts, normals, vout, buf, num, res, ga, gb = out
+    ps = p & 1
+    xc, vc = X[ps * XL:(ps + 1) * XL], V[ps * XL:(ps + 1) * XL]
+    xw = X64[ps * XL // 8:(ps + 1) * XL // 8]
+    ep = E[3 * ps * XL:3 * (ps + 1) * XL]
+    cnt = 0
+    for rr in range(ny):
+        for wd in range(rr * W // 8, (rr * W + nx + 7) // 8):
+            word = xw[wd] & _below(rr * W + nx - wd * 8)  # a bit per crossed edge
+            mine = word & _below(rr * W + nw - wd * 8) if rr < nown else np.uint64(0)
+            while word:  # one pass per edge, whatever its axis
+                bit = _cttz(word)
+                word &= word - np.uint64(1)
+                x = wd * 8 + (bit >> 3)
+                a = bit & 7
+                n = vc[_u(x)] + _popc(xc[_u(x)] & ((1 << a) - 1))
+                ep[_u(a * XL + x)] = n
+                if (mine >> bit) & np.uint64(1):  # almost always: others' edges are at the task's edges
+                    _gather(vol, ext, i, j0 + rr, k0 + x - rr * W, a, n, offset, vals, has_vals, keys, has_keys,
+                            dims, keybase, buf, num, cnt, ga, gb)
+                    cnt += 1
+                    if cnt == _BATCH:
+                        _emit(buf, num, cnt, level, geo, res, has_vals, verts, normals, vout)
+                        cnt = 0
+    _emit(buf, num, cnt, level, geo, res, has_vals, verts, normals, vout)
+
+
+@numba.njit(inline="always")
+def _faces(C64, C, T, E, ed, ntri, tri, rows, W, last, faces):
+    """The triangles of the crossed cubes among the first `last` of each of `rows` rows of
+    cases C; `ed`: per cube edge its place in E relative to the cube's."""
+    for rr in range(rows):
+        for wd in range(rr * W // 8, (rr * W + last + 7) // 8):
+            hot = _crossed(C64[wd]) & _below(rr * W + last - wd * 8)
+            while hot:  # one pass per crossed cube
+                x = wd * 8 + (_cttz(hot) >> 3)
+                hot &= hot - np.uint64(1)
+                cs = C[_u(x)]
+                nt = ntri[cs]
+                tt = T[_u(x)]
+                T[_u(x)] = tt + nt
+                for u in range(nt):
+                    r = _u(tt + u)
+                    faces[r, 0] = E[_u(ed[_u(tri[cs, _u(3 * u)])] + x)]
+                    faces[r, 1] = E[_u(ed[_u(tri[cs, _u(3 * u + 1)])] + x)]
+                    faces[r, 2] = E[_u(ed[_u(tri[cs, _u(3 * u + 2)])] + x)]
 
 
 @numba.njit(inline="always")
