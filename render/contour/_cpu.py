@@ -134,9 +134,14 @@ def tasks(lo, hi, chunk: int) -> int:
 
 
 @numba.njit(inline="always")
-def _first(loc, off, x, m1, m2, ngr):
-    """First vertex (or triangle) of segment x: its task's offset plus its place in the task."""
-    return off[(x // (m1 * m2)) * ngr + ((x // m2) % m1) // _ROWS] + loc[x]
+def _first_rows(V, vloc, voff, seg, task, ny, nj, nx, m2, W):
+    """First vertex number of segments ``seg + rr * m2 + w`` (rows rr < ny, w < nx) into
+    ``V[rr * W + w]``: rows below nj are task `task`'s, row nj the next task's (the next
+    rows of the same chunk)."""
+    for rr in range(ny):
+        o = voff[task + (1 if rr == nj else 0)]
+        for w in range(nx):
+            V[rr * W + w] = o + vloc[seg + rr * m2 + w]
 
 
 @numba.njit(inline="always")
@@ -305,23 +310,13 @@ def _gather(vol, ext, i, j, k, a, n, offset, vals, has_vals, keys, has_keys, dim
 def _emit(buf, num, cnt, level, geo, res, has_vals, verts, normals, vout):
     """Positions, normals (and sampled values) of the `cnt` gathered vertices: the
     divisions and square roots in one loop the compiler vectorizes, then stored."""
-    s0, s1, s2, o0, o1, o2 = geo[0], geo[1], geo[2], geo[3], geo[4], geo[5]
-    for q in range(cnt):
-        t = (level - buf[0, q]) / buf[1, q]
-        a = num[1, q]
-        res[0, q] = (buf[8, q] + (t if a == 0 else 0.0)) * s0 + o0
-        res[1, q] = (buf[9, q] + (t if a == 1 else 0.0)) * s1 + o1
-        res[2, q] = (buf[10, q] + (t if a == 2 else 0.0)) * s2 + o2
-        g0 = (buf[2, q] + (buf[5, q] - buf[2, q]) * t) / s0
-        g1 = (buf[3, q] + (buf[6, q] - buf[3, q]) * t) / s1
-        g2 = (buf[4, q] + (buf[7, q] - buf[4, q]) * t) / s2
-        nn = math.sqrt(g0 * g0 + g1 * g1 + g2 * g2)
-        pos = nn > 0
-        res[3, q] = -g0 / nn if pos else 0.0
-        res[4, q] = -g1 / nn if pos else 0.0
-        res[5, q] = -g2 / nn if pos else 0.0
-        if has_vals:
-            res[6, q] = buf[11, q] + buf[12, q] * t
+    # Whole vectors (columns past cnt hold earlier or zero values, computed and dropped):
+    # a scalar remainder would cost as much as the vectorized rest of a batch
+    m = min(-(-cnt // 64) * 64, buf.shape[1])
+    if geo[0] == 1.0 and geo[1] == 1.0 and geo[2] == 1.0:  # x / 1.0 is x: three divisions fewer
+        _arith(buf, num, m, level, geo, res, has_vals, True)
+    else:
+        _arith(buf, num, m, level, geo, res, has_vals, False)
     for q in range(cnt):
         n = _u(num[0, q])
         verts[n, 0] = res[0, q]
@@ -332,6 +327,30 @@ def _emit(buf, num, cnt, level, geo, res, has_vals, verts, normals, vout):
         normals[n, 2] = res[5, q]
         if has_vals:
             vout[n] = res[6, q]
+
+
+@numba.njit(inline="always")
+def _arith(buf, num, m, level, geo, res, has_vals, unit):
+    """_emit's arithmetic over columns 0 .. m - 1 (`unit`: the spacing is 1, 1, 1)."""
+    s0, s1, s2, o0, o1, o2 = geo[0], geo[1], geo[2], geo[3], geo[4], geo[5]
+    for q in range(m):
+        t = (level - buf[0, q]) / buf[1, q]
+        a = num[1, q]
+        res[0, q] = (buf[8, q] + (t if a == 0 else 0.0)) * s0 + o0
+        res[1, q] = (buf[9, q] + (t if a == 1 else 0.0)) * s1 + o1
+        res[2, q] = (buf[10, q] + (t if a == 2 else 0.0)) * s2 + o2
+        g0 = buf[2, q] + (buf[5, q] - buf[2, q]) * t
+        g1 = buf[3, q] + (buf[6, q] - buf[3, q]) * t
+        g2 = buf[4, q] + (buf[7, q] - buf[4, q]) * t
+        if not unit:
+            g0, g1, g2 = g0 / s0, g1 / s1, g2 / s2
+        nn = math.sqrt(g0 * g0 + g1 * g1 + g2 * g2)
+        pos = nn > 0
+        res[3, q] = -g0 / nn if pos else 0.0
+        res[4, q] = -g1 / nn if pos else 0.0
+        res[5, q] = -g2 / nn if pos else 0.0
+        if has_vals:
+            res[6, q] = buf[11, q] + buf[12, q] * t
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy")  # divisions vectorize: no zero test
@@ -362,11 +381,13 @@ def generate(vol, ext, level, lo, hi, chunk, vloc, tloc, vtask, ttask, voff, tof
         seg0 = (c * m1 + g * _ROWS) * m2
         ka, kb = m2, -1  # the k range of the segments with anything to write
         send = seg0 + nj * m2
-        for x in range(seg0, send):
-            vn, tn = (vloc[x + 1], tloc[x + 1]) if x + 1 < send else (vtask[s], ttask[s])
-            if vn != vloc[x] or tn != tloc[x]:
-                ka = min(ka, (x - seg0) % m2)
-                kb = max(kb, (x - seg0) % m2)
+        for rr in range(nj):
+            for w in range(m2):
+                x = seg0 + rr * m2 + w
+                vn, tn = (vloc[x + 1], tloc[x + 1]) if x + 1 < send else (vtask[s], ttask[s])
+                if vn != vloc[x] or tn != tloc[x]:
+                    ka = min(ka, w)
+                    kb = max(kb, w)
         if kb < 0:
             continue
         i0 = lo[0] + c * chunk
@@ -399,10 +420,7 @@ def generate(vol, ext, level, lo, hi, chunk, vloc, tloc, vtask, ttask, voff, tof
             for par in range(2):
                 pl = par if edge[le, 0] == 0 else 1 - par
                 at[par, le] = (3 * pl + edge[le, 3]) * XL + edge[le, 1] * W + edge[le, 2]
-        for rr in range(ny):
-            for w in range(nx):
-                x = seg0 + rr * m2 + ka + w
-                V[rr * W + w] = _first(vloc, voff, x, m1, m2, ngr)
+        _first_rows(V, vloc, voff, seg0 + ka, s, ny, nj, nx, m2, W)
         for rr in range(nj):
             for w in range(nw):
                 x = seg0 + rr * m2 + ka + w
@@ -410,12 +428,12 @@ def generate(vol, ext, level, lo, hi, chunk, vloc, tloc, vtask, ttask, voff, tof
         _plane_edges(S, 0, PL, W, XL, X[:XL], i0 < hi[0], j0, nj, hi[1])
         ga = np.zeros(3)
         gb = np.zeros(3)
-        buf = np.empty((13, _BATCH))
+        buf = np.zeros((13, _BATCH))
         num = np.empty((2, _BATCH), np.int64)
         res = np.empty((7, _BATCH), np.float32)
         field = (vol, ext, level, geo, offset, vals, has_vals, keys, has_keys, dims, keybase)
         out = (verts, normals, vout, buf, num, res, ga, gb)
-        _vertices(field, out, i0, 0, j0, k0, X64, X, V, E, XL, W, ny, nj, nx, nw)
+        cnt = _vertices(field, out, 0, i0, 0, j0, k0, X64, X, V, E, XL, W, ny, nj, nx, nw)
         for i in range(i0, i1 + 1):
             p = i - i0
             ps = p & 1
@@ -431,23 +449,22 @@ def generate(vol, ext, level, lo, hi, chunk, vloc, tloc, vtask, ttask, voff, tof
                     b = xc[x]
                     vn[x] = vc[x] + ((b & 1) + ((b >> 1) & 1) + (b >> 2))
             else:
-                for rr in range(ny):
-                    for w in range(nx):
-                        x = seg0 + m1 * m2 + rr * m2 + ka + w
-                        vn[rr * W + w] = _first(vloc, voff, x, m1, m2, ngr)
+                _first_rows(vn, vloc, voff, seg0 + m1 * m2 + ka, s + ngr, ny, nj, nx, m2, W)
             nown = nj if i < i1 else 0
-            _vertices(field, out, i + 1, p + 1, j0, k0, X64, X, V, E, XL, W, ny, nown, nx, nw)
+            cnt = _vertices(field, out, cnt, i + 1, p + 1, j0, k0, X64, X, V, E, XL, W, ny, nown, nx, nw)
             if ncube_rows <= 0:
                 continue
             _cases(S[p * PL:], S[(p + 1) * PL:], S[(p + 1) * PL + W:], S[p * PL + W:], ncube_rows * W, q, C)
             _faces(C64, C, T, E, at[ps], ntri, tri, ncube_rows, W, min(nw, nz), faces)
+        _emit(buf, num, cnt, level, geo, res, has_vals, verts, normals, vout)
 
 
 @numba.njit(inline="always")
-def _vertices(field, out, i, p, j0, k0, X64, X, V, E, XL, W, ny, nown, nx, nw):
+def _vertices(field, out, cnt, i, p, j0, k0, X64, X, V, E, XL, W, ny, nown, nx, nw):
     """The vertex numbers of the crossed edges of plane i (the task's plane p) into E,
     rows 0 .. ny - 1, points 0 .. nx - 1; the vertices themselves of the first `nown`
-    rows, points 0 .. nw - 1 (the task's own), gathered `_BATCH` at a time.
+    rows, points 0 .. nw - 1 (the task's own), gathered `_BATCH` at a time: `cnt`
+    gathered before, returns how many are gathered and not yet written.
 
     `field`: the volume and what generate's vertices take from it; `out`: the mesh's
     arrays and the scratch of _gather and _emit."""
@@ -457,7 +474,6 @@ def _vertices(field, out, i, p, j0, k0, X64, X, V, E, XL, W, ny, nown, nx, nw):
     xc, vc = X[ps * XL:(ps + 1) * XL], V[ps * XL:(ps + 1) * XL]
     xw = X64[ps * XL // 8:(ps + 1) * XL // 8]
     ep = E[3 * ps * XL:3 * (ps + 1) * XL]
-    cnt = 0
     for rr in range(ny):
         for wd in range(rr * W // 8, (rr * W + nx + 7) // 8):
             word = xw[wd] & _below(rr * W + nx - wd * 8)  # a bit per crossed edge
@@ -476,7 +492,7 @@ def _vertices(field, out, i, p, j0, k0, X64, X, V, E, XL, W, ny, nown, nx, nw):
                     if cnt == _BATCH:
                         _emit(buf, num, cnt, level, geo, res, has_vals, verts, normals, vout)
                         cnt = 0
-    _emit(buf, num, cnt, level, geo, res, has_vals, verts, normals, vout)
+    return cnt
 
 
 @numba.njit(inline="always")
