@@ -148,7 +148,8 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
         _check_out(specs, out)
         mesh = [b[:shape[0]] for (_, shape), b in zip(specs, out)]
     else:
-        mesh = [xp.empty(shape, dt) for dt, shape in specs[:3 + (vals is not None)]]
+        want = specs[:3 + (vals is not None)]
+        mesh = [xp.empty(shape, dt) for dt, shape in want] if gpu else _cpu.mesh_arrays(want)
     mesh += [None] * (4 - len(mesh)) + [xp.empty(nv, xp.int64) if dims is not None else None]
     geo = np.array([*spacing, *origin], np.float64)
     kdims = np.asarray(dims if dims is not None else (1, 1, 1), np.int64)
