@@ -43,4 +43,5 @@ def test_the_first_marching_cubes_on_the_device_says_it_compiles(caplog):
     marching_cubes(vol, 0.5)
     marching_cubes(vol, 0.6)
     msgs = [r.getMessage() for r in compiles(caplog) if r.name == "render.contour._gpu"]
-    assert len(msgs) == 1 and msgs[0].startswith("compiling the marching cubes kernels (mc_*) for float (first use; cached in ")
+    want = "compiling the marching cubes kernels (mc_*) for float (first use; cached in "
+    assert len(msgs) == 1 and msgs[0].startswith(want)
