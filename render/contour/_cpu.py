@@ -321,7 +321,7 @@ def _gather(vol, ext, i, j, k, a, n, offset, vals, has_vals, keys, has_keys, dim
     num[1, q] = a
 
 
-@numba.njit(inline="always")
+@numba.njit(cache=True, error_model="numpy")  # called, not inlined: one copy to compile
 def _emit(buf, num, cnt, level, geo, res, has_vals, verts, normals, vout):
     """Positions, normals (and sampled values) of the `cnt` gathered vertices: the
     divisions and square roots in one loop the compiler vectorizes, then stored."""
@@ -448,26 +448,27 @@ def generate(vol, ext, level, lo, hi, chunk, vloc, tloc, vtask, ttask, voff, tof
         res = np.empty((7, _BATCH), np.float32)
         field = (vol, ext, level, geo, offset, vals, has_vals, keys, has_keys, dims, keybase)
         out = (verts, normals, vout, buf, num, res, ga, gb)
-        cnt = _vertices(field, out, 0, i0, 0, j0, k0, X64, X, V, E, XL, W, ny, nj, nx, nw)
-        for i in range(i0, i1 + 1):
+        cnt = 0
+        for i in range(i0 - 1, i1 + 1):  # from the plane before: plane i0's vertices first
             p = i - i0
             ps = p & 1
             if i == hi[0]:  # the last plane: no cubes
                 continue
-            xc, vc = X[ps * XL:(ps + 1) * XL], V[ps * XL:(ps + 1) * XL]
-            # The next plane's crossings, first vertex numbers and vertices (numbers only
-            # when it is the next chunk's)
-            xn, vn = X[(1 - ps) * XL:(2 - ps) * XL], V[(1 - ps) * XL:(2 - ps) * XL]
-            _plane_edges(S, p + 1, PL, W, XL, xn, i + 1 < hi[0], j0, nj, hi[1])
-            if i < i1:
-                for x in range(XL):
-                    b = xc[x]
-                    vn[x] = vc[x] + ((b & 1) + ((b >> 1) & 1) + (b >> 2))
-            else:
-                _first_rows(vn, vloc, voff, seg0 + m1 * m2 + ka, s + ngr, ny, nj, nx, m2, W)
+            if i >= i0:
+                xc, vc = X[ps * XL:(ps + 1) * XL], V[ps * XL:(ps + 1) * XL]
+                # The next plane's crossings, first vertex numbers and vertices (numbers
+                # only when it is the next chunk's)
+                xn, vn = X[(1 - ps) * XL:(2 - ps) * XL], V[(1 - ps) * XL:(2 - ps) * XL]
+                _plane_edges(S, p + 1, PL, W, XL, xn, i + 1 < hi[0], j0, nj, hi[1])
+                if i < i1:
+                    for x in range(XL):
+                        b = xc[x]
+                        vn[x] = vc[x] + ((b & 1) + ((b >> 1) & 1) + (b >> 2))
+                else:
+                    _first_rows(vn, vloc, voff, seg0 + m1 * m2 + ka, s + ngr, ny, nj, nx, m2, W)
             nown = nj if i < i1 else 0
             cnt = _vertices(field, out, cnt, i + 1, p + 1, j0, k0, X64, X, V, E, XL, W, ny, nown, nx, nw)
-            if ncube_rows <= 0:
+            if i < i0 or ncube_rows <= 0:
                 continue
             _cases(S[p * PL:], S[(p + 1) * PL:], S[(p + 1) * PL + W:], S[p * PL + W:], ncube_rows * W, q, C)
             _faces(C64, C, T, E, at[ps], ntri, tri, ncube_rows, W, min(nw, nz), faces)
