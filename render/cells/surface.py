@@ -25,7 +25,7 @@ import numpy as np
 
 from insitu import arrays
 
-from ._mesh import CELL_DIM, HEXAHEDRON, POLYGON, PYRAMID, QUAD, TETRA, TRIANGLE, WEDGE, CellMesh
+from ._mesh import CELL_DIM, HEXAHEDRON, POLYGON, PYRAMID, QUAD, TETRA, WEDGE, CellMesh
 from .fields import cell_points
 
 __all__ = ["Surface", "outer_surface"]
