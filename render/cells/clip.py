@@ -1,0 +1,427 @@
+"""Clip a mesh of cells by a point scalar: keep where it is below (or above) a value.
+
+Cells wholly kept pass through unchanged (same type, same point ids renumbered); cells the
+value cuts are split into tetrahedra (triangles in 2-D, see :mod:`.measure`) and each
+simplex is clipped by the marching-tetrahedra cases: one kept point gives a tetrahedron,
+two or three a wedge as three tetrahedra. Every wedge is cut along diagonals that start at
+its kept point of smallest id, a rule that reads only the shared face's global ids, so the
+neighbours of a face cut it alike and the clipped mesh has no cracks. A new point sits on
+every cut edge (linear interpolation of the scalar), one per edge however many cells share
+it (keyed by the edge's two point ids).
+
+All of it is whole-array work on the mesh's backend (NumPy or CuPy). On the GPU the only
+reads back to the host are the sizes of the output: one read of a few counts before the
+cut cells are split, and one more when any cell is cut (:func:`clip` says which).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from insitu import arrays
+
+from ._mesh import CELL_DIM, TETRA, TRIANGLE, CellMesh
+from .measure import WIDTH, compact, host_tables, padded_ids, split_cells
+
+__all__ = ["Clipped", "clip", "clip_box", "clip_field", "clip_plane", "clip_sphere", "isovolume"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Clipped:
+    """A filtered mesh and what it carries over.
+
+    Attributes
+    ----------
+    mesh : CellMesh
+    point_fields : dict of name -> (n_points, ...) array
+        The input's point fields at the output's points (interpolated at new points).
+    cell_fields : dict of name -> (n_cells, ...) array
+        The input's cell fields, copied from each output cell's parent.
+    cells : (n_cells,) int64
+        The input cell each output cell comes from.
+    """
+
+    mesh: CellMesh
+    point_fields: dict[str, Any]
+    cell_fields: dict[str, Any]
+    cells: Any
+
+
+# ---------------------------------------------------------------------- checks (threshold's too)
+
+def check_mesh(mesh) -> CellMesh:
+    if not isinstance(mesh, CellMesh):
+        raise TypeError(f"mesh: expected a CellMesh (render.cells.cell_mesh), got {type(mesh).__name__}")
+    return mesh
+
+
+def check_values(values, n: int, name: str, mesh: CellMesh, what: str = "n_points"):
+    """`values` as a (n,) numeric array on the mesh's backend."""
+    v = arrays.asarray(values, name=name)
+    if arrays.is_device_array(v) != arrays.is_device_array(mesh.points):
+        raise ValueError(f"{name}: on {arrays.backend_of(v)}, the mesh on {arrays.backend_of(mesh.points)}")
+    if v.ndim != 1 or v.shape[0] != n:
+        raise ValueError(f"{name}: expected shape ({n},) ({what}), got {tuple(v.shape)}")
+    if v.dtype.kind not in "biuf":
+        raise ValueError(f"{name}: expected a numeric array, got {v.dtype}")
+    return v
+
+
+def check_number(x, name: str) -> float:
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a number, got {x!r}") from None
+    if not math.isfinite(f):
+        raise ValueError(f"{name}: expected a finite number, got {x!r}")
+    return f
+
+
+def check_fields(fields: Mapping[str, Any] | None, n: int, name: str, mesh: CellMesh) -> dict[str, Any]:
+    out = {}
+    for k, f in (fields or {}).items():
+        a = arrays.asarray(f, name=f"{name}[{k!r}]")
+        if arrays.is_device_array(a) != arrays.is_device_array(mesh.points):
+            raise ValueError(f"{name}[{k!r}]: on {arrays.backend_of(a)}, the mesh on "
+                             f"{arrays.backend_of(mesh.points)}")
+        if a.ndim < 1 or a.shape[0] != n:
+            raise ValueError(f"{name}[{k!r}]: expected {n} rows, got shape {tuple(a.shape)}")
+        out[k] = a
+    return out
+
+
+def nan_flag(v):
+    xp = arrays.get_array_module(v)
+    return xp.isnan(v).any() if v.dtype.kind == "f" else xp.zeros((), bool)
+
+
+# ---------------------------------------------------------------------- tables
+
+_NET = {4: [(0, 1), (2, 3), (0, 2), (1, 3), (1, 2)], 3: [(0, 1), (1, 2), (0, 1)]}
+#: Edges of a simplex in its sorted order (kept points first), as columns after its points.
+_PAIRS = {3: [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)], 2: [(0, 1), (0, 2), (1, 2)]}
+# Output simplices by the number of kept points, as columns of [points in sorted order,
+# cut points on _PAIRS]; v0 < v1 < v2 among the kept, so each wedge is cut from v0.
+_T = {3: {1: [(0, 4, 5, 6)],
+          2: [(0, 1, 7, 8), (0, 5, 7, 8), (0, 5, 8, 6)],
+          3: [(0, 6, 8, 9), (0, 1, 2, 9), (0, 1, 9, 8)],
+          4: [(0, 1, 2, 3)]},
+      2: {1: [(0, 3, 4)], 2: [(0, 1, 5), (0, 5, 4)], 3: [(0, 1, 2)]}}
+OUT_W = 3  # output simplices per input simplex, at most
+
+
+@functools.cache
+def _host_clip_tables() -> dict:
+    t: dict = {"dims": np.array([CELL_DIM.get(c, -1) for c in range(16)], np.int64)}
+    for d in (3, 2):
+        tpl = np.zeros((d + 3, OUT_W, d + 1), np.int64)
+        ok = np.zeros((d + 3, OUT_W), bool)
+        for nk, simp in _T[d].items():
+            tpl[nk, :len(simp)] = simp
+            ok[nk, :len(simp)] = True
+        t[d] = (tpl, ok, host_tables()[d][2])
+    return t
+
+
+_clip_tables_on: dict[int | None, dict] = {}
+
+
+def _clip_tables(device: int | None) -> dict:
+    if device not in _clip_tables_on:
+        h = _host_clip_tables()
+        _clip_tables_on[device] = h if device is None else {
+            k: (arrays.to_device(v) if k == "dims" else tuple(arrays.to_device(a) for a in v)) for k, v in h.items()}
+    return _clip_tables_on[device]
+
+
+# ---------------------------------------------------------------------- clip
+
+def clip(mesh: CellMesh, scalar, value: float = 0.0, *, keep: str = "below",
+         point_fields: Mapping[str, Any] | None = None, cell_fields: Mapping[str, Any] | None = None) -> Clipped:
+    """The part of `mesh` where `scalar` is at most (``keep="below"``) or at least
+    (``"above"``) `value`.
+
+    Parameters
+    ----------
+    mesh : CellMesh
+        Cells of types tri, quad, tet, hex, wedge, pyramid are clipped; cells of other
+        types pass only when wholly kept (a cut line or polygon is an error).
+    scalar : (n_points,) array
+        Numeric, no NaN, on the mesh's backend.
+    value : float
+    keep : {"below", "above"}
+    point_fields, cell_fields : dict of name -> array, optional
+        Carried over: point fields interpolated linearly along cut edges (integer ones as
+        float64), cell fields copied from the parent cell.
+
+    Returns
+    -------
+    Clipped
+        Wholly kept cells first (input order), then the tetrahedra, then the triangles of
+        the cut cells. Points: the kept input points (input order), then one new point per
+        cut edge. Tetrahedra have positive volume; triangles the orientation of their cell.
+
+    Raises
+    ------
+    ValueError
+        Wrong lengths or backends, NaN in `scalar`, an unknown `keep`, a cut cell of a type
+        that is not split.
+
+    Notes
+    -----
+    On CuPy arrays nothing is copied between host and device but counts read with
+    :func:`insitu.arrays.scalars_to_host`: 10 values, and 3 more when any cell is cut.
+    """
+    check_mesh(mesh)
+    if keep not in ("below", "above"):
+        raise ValueError(f"keep: expected 'below' or 'above', got {keep!r}")
+    s = check_values(scalar, mesh.n_points, "scalar", mesh)
+    value = check_number(value, "value")
+    pf = check_fields(point_fields, mesh.n_points, "point_fields", mesh)
+    cf = check_fields(cell_fields, mesh.n_cells, "cell_fields", mesh)
+    inside = s <= value if keep == "below" else s >= value
+    return _clip(mesh, s, value, inside, pf, cf)
+
+
+def _clip(mesh: CellMesh, s, value: float, inside, pf: dict, cf: dict) -> Clipped:
+    xp = mesh.xp
+    n = mesh.n_points
+    conn, off = mesh.connectivity, mesh.offsets
+    if mesh.n_cells == 0:
+        if bool(arrays.scalar_to_host(nan_flag(s))):
+            raise ValueError("scalar: contains NaN")
+        return _assemble(mesh, xp.zeros(0, xp.int64), [], xp.zeros((0, 3), mesh.points.dtype),
+                         xp.zeros(0, xp.int64), xp.zeros(0, xp.float64), xp.zeros(0, xp.int64),
+                         xp.zeros(0, xp.int64), xp.zeros(1, xp.int64), xp.zeros(0, xp.uint8), pf, cf)
+    tab = _clip_tables(arrays.device_id(s))
+    types = mesh.types.astype(xp.int64)
+    cs = xp.concatenate([xp.zeros(1, xp.int64), xp.cumsum(inside[conn], dtype=xp.int64)])
+    cnt = cs[off[1:]] - cs[off[:-1]]
+    size = off[1:] - off[:-1]
+    whole = cnt == size
+    cut = (cnt > 0) & ~whole
+    ref = xp.zeros(n, bool)
+    ref[conn] = True
+    used = inside & ref  # every kept point of a cell is in the output
+    dims = tab["dims"][types]
+    cut_d = {d: cut & (dims == d) & (tab[d][2][types] > 0) for d in (3, 2)}
+    counts = xp.stack([nan_flag(s).astype(xp.int64), whole.sum(), (size * whole).sum(), used.sum(),
+                       size.min(), size.max(), (cut & ~cut_d[3] & ~cut_d[2]).sum(),
+                       *[v for d in (3, 2) for v in (cut_d[d].sum(), (tab[d][2][types] * cut_d[d]).max())]])
+    nnan, n_whole, whole_len, n_used, smin, smax, nbad, nc3, w3, nc2, w2 = arrays.scalars_to_host(counts)
+    if nnan:
+        raise ValueError("scalar: contains NaN")
+    if nbad:
+        raise ValueError(f"mesh: {nbad} cells that clip cannot split are cut (lines, polygons); it splits "
+                         "tri, quad, tet, hex, wedge and pyramid")
+    # wholly kept cells
+    widx = compact(whole, n_whole)
+    renum = xp.cumsum(used, dtype=xp.int64) - 1
+    if smin == smax:
+        wconn = conn.reshape(-1, smin)[widx].reshape(-1)
+        woff = xp.arange(0, whole_len + 1, smin, dtype=xp.int64)
+    else:
+        woff = xp.concatenate([xp.zeros(1, xp.int64), xp.cumsum(size[widx])])
+        mark = xp.zeros(whole_len, xp.int64)
+        mark[woff[1:-1]] = 1
+        cell_of = xp.cumsum(mark)
+        wconn = conn[off[widx][cell_of] + xp.arange(whole_len, dtype=xp.int64) - woff[cell_of]]
+    wconn = renum[wconn]
+    # cut cells: their simplices, sorted kept first and by id, and the keys of their cut edges
+    parts = []
+    for d, nc, w in ((3, nc3, w3), (2, nc2, w2)):
+        if nc == 0:
+            continue
+        cidx = compact(cut_d[d], nc)
+        simp, valid = split_cells(padded_ids(mesh, cidx), mesh.types[cidx], d)
+        simp, valid = simp[:, :w].reshape(-1, d + 1), valid[:, :w].reshape(-1)
+        key = _sort_rows(simp + xp.where(inside[simp], 0, n))
+        kept = key < n
+        ids = xp.where(kept, key, key - n)
+        nk = kept.sum(axis=1) * valid
+        ekeys = []
+        for i, j in _PAIRS[d]:
+            a, b = ids[:, i], ids[:, j]
+            ekeys.append(xp.where(kept[:, i] & ~kept[:, j] & valid, xp.minimum(a, b) * n + xp.maximum(a, b),
+                                  _SENTINEL))
+        parts.append((d, simp, cidx[xp.arange(simp.shape[0], dtype=xp.int64) // w], ids, nk, xp.stack(ekeys, 1)))
+    if not parts:
+        return _assemble(mesh, widx, [], xp.zeros((0, 3), mesh.points.dtype), xp.zeros(0, xp.int64),
+                         xp.zeros(0, xp.float64), compact(used, n_used), wconn, woff, mesh.types[widx], pf, cf)
+    # one point per cut edge: sort the keys, number the distinct ones
+    keys = xp.concatenate([p[5].reshape(-1) for p in parts])
+    order = xp.argsort(keys)
+    sk = keys[order]
+    first = (sk != _SENTINEL) & xp.concatenate([xp.ones(1, bool), sk[1:] != sk[:-1]])
+    uid = xp.empty(keys.shape[0], xp.int64)
+    uid[order] = xp.cumsum(first, dtype=xp.int64) - 1
+    outs = []
+    at = 0
+    for d, simp, parent, ids, nk, ek in parts:
+        tpl, ok, _ = tab[d]
+        m, ne = ek.shape
+        slot = (n_used + uid[at:at + m * ne]).reshape(m, ne)
+        at += m * ne
+        cols = xp.concatenate([renum[ids], slot], axis=1)
+        out = cols[xp.arange(m, dtype=xp.int64)[:, None], tpl[nk].reshape(m, -1)]
+        outs.append((d, simp, parent, out.reshape(-1, d + 1), ok[nk].reshape(-1)))
+    n_new, *n_out = arrays.scalars_to_host(xp.stack([first.sum()] + [o[4].sum() for o in outs]))
+    ukeys = sk[compact(first, n_new)]
+    lo, hi = ukeys // n, ukeys % n
+    t = (value - s[lo].astype(xp.float64)) / (s[hi].astype(xp.float64) - s[lo].astype(xp.float64))
+    used_idx = compact(used, n_used)
+    p = mesh.points
+    newp = (p[lo] + t[:, None] * (p[hi] - p[lo])).astype(p.dtype)
+    allp = xp.concatenate([p[used_idx], newp])
+    simps = []
+    for (d, simp, parent, out, ok), k in zip(outs, n_out):
+        oidx = compact(ok, k)
+        o = out[oidx]
+        src = oidx // OUT_W
+        o = _orient(allp, o, p, simp[src])
+        simps.append((d, o, parent[src]))
+    return _assemble(mesh, widx, simps, newp, lo, t, used_idx, wconn, woff, mesh.types[widx], pf, cf, hi=hi,
+                     allp=allp)
+
+
+_SENTINEL = np.iinfo(np.int64).max
+
+
+def _sort_rows(k):
+    """Rows of a (m, 3 or 4) array sorted, by a sorting network (whole-column min/max)."""
+    xp = arrays.get_array_module(k)
+    c = [k[:, i] for i in range(k.shape[1])]
+    for i, j in _NET[k.shape[1]]:
+        c[i], c[j] = xp.minimum(c[i], c[j]), xp.maximum(c[i], c[j])
+    return xp.stack(c, axis=1)
+
+
+def _orient(allp, o, p, parent_simp):
+    """Tetrahedra turned to positive volume; triangles to their parent triangle's side."""
+    xp = arrays.get_array_module(o)
+    q = allp[o].astype(xp.float64)
+    e = q[:, 1:] - q[:, :1]
+    if o.shape[1] == 4:
+        flip = (xp.cross(e[:, 0], e[:, 1]) * e[:, 2]).sum(axis=1) < 0
+    else:
+        r = p[parent_simp].astype(xp.float64)
+        f = r[:, 1:] - r[:, :1]
+        flip = (xp.cross(e[:, 0], e[:, 1]) * xp.cross(f[:, 0], f[:, 1])).sum(axis=1) < 0
+    return xp.where(flip[:, None], o[:, [0, 2, 1, *range(3, o.shape[1])]], o)
+
+
+def _assemble(mesh, widx, simps, newp, lo, t, used_idx, wconn, woff, wtypes, pf, cf, hi=None, allp=None):
+    xp = mesh.xp
+    if allp is None:
+        allp = xp.concatenate([mesh.points[used_idx], newp])
+    conn = [wconn] + [o.reshape(-1) for _, o, _ in simps]
+    offs = [woff]
+    end = woff[-1:]
+    for d, o, _ in simps:
+        offs.append(end + (d + 1) * xp.arange(1, o.shape[0] + 1, dtype=xp.int64))
+        end = offs[-1][-1:] if o.shape[0] else end
+    types = [wtypes.astype(xp.uint8)] + [xp.full(o.shape[0], TETRA if d == 3 else TRIANGLE, xp.uint8)
+                                         for d, o, _ in simps]
+    cells = xp.concatenate([widx] + [par for _, _, par in simps])
+    out = CellMesh(allp, xp.concatenate(conn).astype(xp.int64), xp.concatenate(offs), xp.concatenate(types))
+    pout = {}
+    for k, f in pf.items():
+        g = f if f.dtype.kind == "f" else f.astype(xp.float64)
+        if hi is None:
+            new = g[:0]
+        else:
+            tt = t.reshape((-1,) + (1,) * (g.ndim - 1))
+            new = (g[lo] + tt * (g[hi] - g[lo])).astype(g.dtype)
+        pout[k] = xp.concatenate([g[used_idx], new])
+    return Clipped(out, pout, {k: f[cells] for k, f in cf.items()}, cells)
+
+
+# ---------------------------------------------------------------------- implicit functions
+
+def _vec3(x, name: str) -> np.ndarray:
+    a = np.asarray(x, np.float64).reshape(-1)
+    if a.shape[0] == 2:
+        a = np.append(a, 0.0)
+    if a.shape != (3,) or not np.isfinite(a).all():
+        raise ValueError(f"{name}: expected 2 or 3 finite numbers, got {x!r}")
+    return a
+
+
+def _coords(mesh: CellMesh):
+    return mesh.points.astype(mesh.xp.float64)
+
+
+def clip_field(mesh: CellMesh, values, value: float, *, keep: str = "below", **kw) -> Clipped:
+    """:func:`clip` by a point field (the same, named as Ascent's clip-by-field)."""
+    return clip(mesh, values, value, keep=keep, **kw)
+
+
+def clip_plane(mesh: CellMesh, origin, normal, **kw) -> Clipped:
+    """Clip by the plane through `origin` with `normal`: by default keeps the side the normal
+    points away from (``(x - origin) . normal <= 0``; ``keep="above"`` for the other side).
+    Other keywords as :func:`clip`."""
+    check_mesh(mesh)
+    o, nrm = _vec3(origin, "origin"), _vec3(normal, "normal")
+    if not nrm.any():
+        raise ValueError("normal: must not be zero")
+    x = _coords(mesh)
+    s = sum((x[:, i] - o[i]) * nrm[i] for i in range(3))  # Python numbers: no upload
+    return clip(mesh, s, 0.0, **kw)
+
+
+def clip_sphere(mesh: CellMesh, center, radius: float, *, inside: bool = True, **kw) -> Clipped:
+    """Keep the inside (or outside) of a sphere; the scalar is ``|x - center|^2 - radius^2``
+    (VTK's vtkSphere), cut along edges by linear interpolation."""
+    check_mesh(mesh)
+    c = _vec3(center, "center")
+    r = check_number(radius, "radius")
+    if r <= 0:
+        raise ValueError(f"radius: expected > 0, got {radius!r}")
+    x = _coords(mesh)
+    return clip(mesh, sum((x[:, i] - c[i]) ** 2 for i in range(3)) - r * r, 0.0, keep="below" if inside else "above", **kw)
+
+
+def clip_box(mesh: CellMesh, lo, hi, *, inside: bool = True, point_fields=None, cell_fields=None) -> Clipped:
+    """Keep the inside of the box ``lo <= x <= hi`` (clipped by its six planes in turn, exact
+    for any cells), or its outside (``inside=False``: clipped by the signed distance to the
+    box, as VTK's vtkBox, so cells across the box's edges and corners are cut where that
+    distance interpolates to zero)."""
+    check_mesh(mesh)
+    lo3, hi3 = _vec3(lo, "lo"), _vec3(hi, "hi")
+    if (lo3 > hi3).any():
+        raise ValueError(f"lo, hi: expected lo <= hi, got {lo!r}, {hi!r}")
+    x = _coords(mesh)
+    xp = mesh.xp
+    if not inside:
+        out = xp.stack([xp.maximum(lo3[i] - x[:, i], x[:, i] - hi3[i]) for i in range(3)], axis=1)
+        dist = xp.where((out > 0).any(axis=1), xp.sqrt((xp.maximum(out, 0) ** 2).sum(axis=1)), out.max(axis=1))
+        return clip(mesh, dist, 0.0, keep="above", point_fields=point_fields, cell_fields=cell_fields)
+    res = Clipped(mesh, check_fields(point_fields, mesh.n_points, "point_fields", mesh),
+                  check_fields(cell_fields, mesh.n_cells, "cell_fields", mesh), xp.arange(mesh.n_cells))
+    for axis in range(3):
+        for bound, keep in ((lo3[axis], "above"), (hi3[axis], "below")):
+            r = clip(res.mesh, res.mesh.points[:, axis], float(bound), keep=keep, point_fields=res.point_fields,
+                     cell_fields=res.cell_fields)
+            res = Clipped(r.mesh, r.point_fields, r.cell_fields, res.cells[r.cells])
+    return res
+
+
+def isovolume(mesh: CellMesh, values, lo: float, hi: float, *, point_fields=None, cell_fields=None) -> Clipped:
+    """The part of `mesh` where ``lo <= values <= hi`` (two clips)."""
+    check_mesh(mesh)
+    lo, hi = check_number(lo, "lo"), check_number(hi, "hi")
+    if lo > hi:
+        raise ValueError(f"lo, hi: expected lo <= hi, got {lo}, {hi}")
+    v = check_values(values, mesh.n_points, "values", mesh)
+    pf = dict(check_fields(point_fields, mesh.n_points, "point_fields", mesh))
+    key = "\0isovolume"  # a name no caller's field has
+    pf[key] = v
+    a = clip(mesh, v, lo, keep="above", point_fields=pf, cell_fields=cell_fields)
+    b = clip(a.mesh, a.point_fields[key], hi, keep="below", point_fields=a.point_fields, cell_fields=a.cell_fields)
+    b.point_fields.pop(key)
+    return Clipped(b.mesh, b.point_fields, b.cell_fields, a.cells[b.cells])
