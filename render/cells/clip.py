@@ -26,7 +26,7 @@ import numpy as np
 from insitu import arrays
 
 from ._mesh import CELL_DIM, TETRA, TRIANGLE, CellMesh
-from .measure import WIDTH, compact, host_tables, padded_ids, split_cells
+from .measure import compact, host_tables, padded_ids, split_cells
 
 __all__ = ["Clipped", "clip", "clip_box", "clip_field", "clip_plane", "clip_sphere", "isovolume"]
 
@@ -107,7 +107,7 @@ _NET = {4: [(0, 1), (2, 3), (0, 2), (1, 3), (1, 2)], 3: [(0, 1), (1, 2), (0, 1)]
 _PAIRS = {3: [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)], 2: [(0, 1), (0, 2), (1, 2)]}
 # Output simplices by the number of kept points, as columns of [points in sorted order,
 # cut points on _PAIRS]; v0 < v1 < v2 among the kept, so each wedge is cut from v0.
-_T = {3: {1: [(0, 4, 5, 6)],
+_T: dict[int, dict[int, list[tuple[int, ...]]]] = {3: {1: [(0, 4, 5, 6)],
           2: [(0, 1, 7, 8), (0, 5, 7, 8), (0, 5, 8, 6)],
           3: [(0, 6, 8, 9), (0, 1, 2, 9), (0, 1, 9, 8)],
           4: [(0, 1, 2, 3)]},
@@ -116,8 +116,8 @@ OUT_W = 3  # output simplices per input simplex, at most
 
 
 @functools.cache
-def _host_clip_tables() -> dict:
-    t: dict = {"dims": np.array([CELL_DIM.get(c, -1) for c in range(16)], np.int64)}
+def _host_clip_tables() -> dict[Any, Any]:
+    t: dict[Any, Any] = {"dims": np.array([CELL_DIM.get(c, -1) for c in range(16)], np.int64)}
     for d in (3, 2):
         tpl = np.zeros((d + 3, OUT_W, d + 1), np.int64)
         ok = np.zeros((d + 3, OUT_W), bool)
@@ -128,10 +128,10 @@ def _host_clip_tables() -> dict:
     return t
 
 
-_clip_tables_on: dict[int | None, dict] = {}
+_clip_tables_on: dict[int | None, dict[Any, Any]] = {}
 
 
-def _clip_tables(device: int | None) -> dict:
+def _clip_tables(device: int | None) -> dict[Any, Any]:
     if device not in _clip_tables_on:
         h = _host_clip_tables()
         _clip_tables_on[device] = h if device is None else {
@@ -383,7 +383,8 @@ def clip_sphere(mesh: CellMesh, center, radius: float, *, inside: bool = True, *
     if r <= 0:
         raise ValueError(f"radius: expected > 0, got {radius!r}")
     x = _coords(mesh)
-    return clip(mesh, sum((x[:, i] - c[i]) ** 2 for i in range(3)) - r * r, 0.0, keep="below" if inside else "above", **kw)
+    s = sum((x[:, i] - c[i]) ** 2 for i in range(3)) - r * r
+    return clip(mesh, s, 0.0, keep="below" if inside else "above", **kw)
 
 
 def clip_box(mesh: CellMesh, lo, hi, *, inside: bool = True, point_fields=None, cell_fields=None) -> Clipped:

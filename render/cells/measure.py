@@ -18,7 +18,7 @@ import numpy as np
 
 from insitu import arrays
 
-from ._mesh import CELL_DIM, HEXAHEDRON, PYRAMID, QUAD, TETRA, TRIANGLE, WEDGE, CellMesh
+from ._mesh import HEXAHEDRON, PYRAMID, QUAD, TETRA, TRIANGLE, WEDGE, CellMesh
 
 __all__ = ["area", "cell_measures", "split_cells", "simplices", "volume"]
 
@@ -215,7 +215,6 @@ def simplices(mesh: CellMesh, dim: int = 3):
     """
     if dim not in (2, 3):
         raise ValueError(f"dim: expected 2 or 3, got {dim!r}")
-    xp = mesh.xp
     simp, valid = split_cells(padded_ids(mesh), mesh.types, dim)
     flat = valid.ravel()
     k = int(arrays.scalar_to_host(flat.sum()))
