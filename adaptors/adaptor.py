@@ -45,6 +45,8 @@ from .pipelines import Dataset, run_pipeline
 from .scenes import SceneRenderer
 from .triggers import evaluate
 
+_TRANSFER_KEYS = ("h2d_calls", "h2d_bytes", "d2h_calls", "d2h_bytes")
+
 _log = get_logger(__name__)
 
 __all__ = ["Adaptor", "STEERABLE", "about", "execute", "finalize", "initialize", "results", "steer"]
@@ -101,6 +103,7 @@ class Adaptor:
         self._time: float | None = None
         self._frames: list[str] = []
         self._timings: dict[str, float] = {}
+        self._transfers: dict[str, int] = {}
         self._executes = 0
         self._steer_mtime: float | None = None
         self._steering: dict[str, Any] = {"camera": {}, "iso_values": {}, "colormap": None, "transfer_function": None,
@@ -251,14 +254,17 @@ class Adaptor:
             # collective, so no step of the job's context either; the mesh is not looked at.
             self._step, self._time, self._frames = step, float(time), []
             self._timings = {**self.prof.times(), "execute": _time.perf_counter() - t0}
+            self._transfers = dict.fromkeys(_TRANSFER_KEYS, 0)
             self._executes += 1
             return True
         self.ctx.step_begin()
         self._failures: list[BaseException] = []
-        try:
-            self._execute(step, float(time), mesh, error)
-        except Exception as e:
-            self._failures.append(e)
+        with arrays.count_transfers() as moved:
+            try:
+                self._execute(step, float(time), mesh, error)
+            except Exception as e:
+                self._failures.append(e)
+        self._transfers = {k: int(getattr(moved, k)) for k in _TRANSFER_KEYS}
         failures, self._failures = self._failures, []
         status = _status(failures)
         if self.ctx.size > 1 and self.ctx.step_calls:
@@ -414,7 +420,9 @@ class Adaptor:
         dict
             ``step``, ``time``, ``stop``, ``iso_values`` ({pipeline: values in use}),
             ``camera`` (steered camera keys), ``colormap``, ``params``, ``errors`` (newest
-            last), ``frames`` (images written by the last step), ``timings`` (seconds).
+            last), ``frames`` (images written by the last step), ``timings`` (seconds),
+            ``transfers`` (the library's host<->device copies during the last step:
+            ``h2d_calls, h2d_bytes, d2h_calls, d2h_bytes``; process-wide).
         """
         iso = {}
         for p, filters in self.config["pipelines"].items():
@@ -425,7 +433,8 @@ class Adaptor:
         return {"step": self._step, "time": self._time, "stop": s["stop"], "pause": s["pause"],
                 "iso_values": copy.deepcopy(iso), "camera": dict(s["camera"]), "colormap": s["colormap"],
                 "transfer_function": copy.deepcopy(s["transfer_function"]), "params": dict(s["params"]),
-                "errors": list(self._errors), "frames": list(self._frames), "timings": dict(self._timings)}
+                "errors": list(self._errors), "frames": list(self._frames), "timings": dict(self._timings),
+                "transfers": dict(self._transfers)}
 
     def about(self) -> dict:
         """Versions, engine, ranks, devices, what is configured, and the errors so far."""

@@ -248,12 +248,15 @@ def _result_items(r: Mapping) -> list[tuple[str, Any]]:
             items.append((f"insitu/camera/{key}", [float(x) for x in v]))
     if r.get("colormap"):
         items.append(("insitu/colormap", str(r["colormap"])))
+    for key, v in (r.get("transfers") or {}).items():
+        items.append((f"insitu/transfers/{key}", int(v)))
     return items
 
 
 def results() -> tuple[int, str, Any]:
     """``catalyst_results``: ``(path, value)`` pairs written into the node under ``insitu/``:
     ``stop``, ``pause``, ``step``, ``time``, ``nerrors``, ``errors`` and ``frames`` (lists of
-    strings), ``params/<name>``, ``iso_values/<pipeline>``, ``camera/<key>``, ``colormap``."""
+    strings), ``params/<name>``, ``iso_values/<pipeline>``, ``camera/<key>``, ``colormap``,
+    ``transfers/<h2d_calls|h2d_bytes|d2h_calls|d2h_bytes>`` (the last step's host<->device copies)."""
     return capi._guard("results", lambda: _result_items(capi._require().results()))
 
