@@ -1,0 +1,163 @@
+"""Numba kernels of the cell contour (the CUDA kernels in _contour_gpu.py are the same
+algorithm and give the same numbering).
+
+Cells are taken in chunks of `chunk` consecutive cells. Pass 1 (:func:`count`) reads every
+cell's corner values once, writes its case per level (``code``) and adds up the crossed
+edges and faces of each chunk; an exclusive scan of those totals (level-major, then chunk)
+gives every chunk its first vertex slot and face. Pass 2 (:func:`emit`) walks the chunks
+again, reading only the cells whose case crosses the level: per crossed edge its key
+``lo * n_points + hi`` (its two point ids, lo < hi), per face its slots and cell. The
+slots are then welded (:func:`weld`): sorted by key within each level, equal keys become
+one vertex, numbered in key order; :func:`vertices` interpolates each vertex once,
+always from the lower point id (so the result does not depend on which cell found it).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from insitu.log import watch_jit
+
+watch_jit(__name__)
+
+NAN_BIT = 1 << 16  # in count()'s flags beside the bits 1 << type of the types seen
+
+
+@numba.njit(parallel=True, cache=True)
+def count(conn, offsets, types, values, levels, base, nvert, nface, chunk, code, tot_v, tot_f, flags):
+    """Pass 1: ``code[l, c]`` the case of cell c at level l (bit i: corner i >= level),
+    ``tot_v[l, k]``, ``tot_f[l, k]`` the crossed edges and faces of chunk k, ``flags[k]`` the
+    bits ``1 << type`` of the types met and NAN_BIT where a corner value is NaN."""
+    ncells = types.shape[0]
+    nlev = levels.shape[0]
+    nchunks = tot_v.shape[1]
+    for k in numba.prange(nchunks):
+        v = np.empty(8, np.float64)
+        tv = np.zeros(nlev, np.int64)
+        tf = np.zeros(nlev, np.int64)
+        fl = 0
+        for c in range(k * chunk, min((k + 1) * chunk, ncells)):
+            t = types[c]
+            fl |= 1 << t
+            b = base[t]
+            if b < 0:
+                for lv in range(nlev):
+                    code[lv, c] = 0
+                continue
+            o = offsets[c]
+            n = offsets[c + 1] - o
+            for i in range(n):
+                x = values[conn[o + i]]
+                v[i] = x
+                if x != x:
+                    fl |= NAN_BIT
+            for lv in range(nlev):
+                lev = levels[lv]
+                m = 0
+                for i in range(n):
+                    if v[i] >= lev:
+                        m |= 1 << i
+                code[lv, c] = m
+                tv[lv] += nvert[b + m]
+                tf[lv] += nface[b + m]
+        for lv in range(nlev):
+            tot_v[lv, k] = tv[lv]
+            tot_f[lv, k] = tf[lv]
+        flags[k] = fl
+
+
+@numba.njit(parallel=True, cache=True)
+def emit(conn, offsets, types, code, base, nvert, nface, slots, ftab, chunk, voff, foff, npoints, keys, faces,
+         cells):
+    """Pass 2: per crossed edge of each crossed cell its key (slots numbered from
+    ``voff[l, k]`` in chunk k), per face its slot numbers and its cell (from ``foff[l, k]``)."""
+    ncells = types.shape[0]
+    nlev = code.shape[0]
+    nchunks = voff.shape[1]
+    ncol = faces.shape[1]
+    for k in numba.prange(nchunks):
+        for lv in range(nlev):
+            vs = voff[lv, k]
+            fs = foff[lv, k]
+            for c in range(k * chunk, min((k + 1) * chunk, ncells)):
+                b = base[types[c]]
+                if b < 0:
+                    continue
+                cs = b + code[lv, c]
+                nv = nvert[cs]
+                if nv == 0:
+                    continue
+                o = offsets[c]
+                for s in range(nv):
+                    p = np.int64(conn[o + slots[cs, s, 0]])
+                    q = np.int64(conn[o + slots[cs, s, 1]])
+                    keys[vs + s] = min(p, q) * npoints + max(p, q)
+                for f in range(nface[cs]):
+                    for j in range(ncol):
+                        faces[fs + f, j] = vs + ftab[cs, f, j]
+                    cells[fs + f] = c
+                vs += nv
+                fs += nface[cs]
+
+
+@numba.njit(cache=True)
+def _mark(sorted_keys, order, remap, first):
+    """Number the distinct keys of a sorted run in order; ``remap[order[i]]`` the number of
+    slot ``order[i]``; returns how many, ``first[:n]`` their keys."""
+    n = 0
+    for i in range(sorted_keys.shape[0]):
+        if i == 0 or sorted_keys[i] != sorted_keys[i - 1]:
+            first[n] = sorted_keys[i]
+            n += 1
+        remap[order[i]] = n - 1
+    return n
+
+
+def weld(keys, vends):
+    """Per level (slots ``vends[l-1]:vends[l]``), sort the slot keys and merge equal ones.
+
+    Returns (remap (slots,) int64: slot -> vertex, unique keys (vertices,) int64, the
+    levels' vertex ends)."""
+    remap = np.empty(keys.shape[0], np.int64)
+    ukeys = np.empty(keys.shape[0], np.int64)
+    ends = []
+    start = total = 0
+    for end in vends:
+        seg = keys[start:end]
+        order = np.argsort(seg)
+        n = _mark(seg[order], order, remap[start:end], ukeys[total:])
+        remap[start:end] += total
+        total += n
+        ends.append(total)
+        start = end
+    return remap, ukeys[:total], ends
+
+
+@numba.njit(parallel=True, cache=True)
+def remap_faces(faces, remap):
+    for f in numba.prange(faces.shape[0]):
+        for j in range(faces.shape[1]):
+            faces[f, j] = remap[faces[f, j]]
+
+
+@numba.njit(parallel=True, cache=True)
+def vertices(ukeys, level, points, values, npoints, color, has_color, out, cout):
+    """The vertices of one level, each interpolated on its edge from the lower point id;
+    returns how many of them read a NaN colour."""
+    bad = 0
+    for i in numba.prange(ukeys.shape[0]):
+        a = ukeys[i] // npoints
+        b = ukeys[i] - a * npoints
+        va = np.float64(values[a])
+        t = (level - va) / (np.float64(values[b]) - va)
+        for d in range(3):
+            pa = np.float64(points[a, d])
+            out[i, d] = pa + t * (np.float64(points[b, d]) - pa)
+        if has_color:
+            ca = np.float64(color[a])
+            cb = np.float64(color[b])
+            cout[i] = ca + t * (cb - ca)
+            if ca != ca or cb != cb:
+                bad += 1
+    return bad
