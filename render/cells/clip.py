@@ -200,20 +200,26 @@ def _clip(mesh: CellMesh, s, value: float, inside, pf: dict, cf: dict) -> Clippe
                          xp.zeros(0, xp.int64), xp.zeros(0, xp.float64), xp.zeros(0, xp.int64),
                          xp.zeros(0, xp.int64), xp.zeros(1, xp.int64), xp.zeros(0, xp.uint8), pf, cf)
     tab = _clip_tables(arrays.device_id(s))
-    types = mesh.types.astype(xp.int64)
-    cs = xp.concatenate([xp.zeros(1, xp.int64), xp.cumsum(inside[conn], dtype=xp.int64)])
-    cnt = cs[off[1:]] - cs[off[:-1]]
-    size = off[1:] - off[:-1]
-    whole = cnt == size
-    cut = (cnt > 0) & ~whole
-    ref = xp.zeros(n, bool)
-    ref[conn] = True
-    used = inside & ref  # every kept point of a cell is in the output
-    dims = tab["dims"][types]
-    cut_d = {d: cut & (dims == d) & (tab[d][2][types] > 0) for d in (3, 2)}
-    counts = xp.stack([nan_flag(s).astype(xp.int64), whole.sum(), (size * whole).sum(), used.sum(),
-                       size.min(), size.max(), (cut & ~cut_d[3] & ~cut_d[2]).sum(),
-                       *[v for d in (3, 2) for v in (cut_d[d].sum(), (tab[d][2][types] * cut_d[d]).max())]])
+    if xp is np:  # one pass over the cells (Numba) instead of a dozen whole-array ones
+        h = _host_clip_tables()
+        whole, cut3, cut2, used, counts = _cpu().classify(conn, off, inside, mesh.types, h["dims"], h[3][2], h[2][2])
+        cut_d = {3: cut3, 2: cut2}
+        counts[0] = nan_flag(s)
+    else:
+        types = mesh.types.astype(xp.int64)
+        cs = xp.concatenate([xp.zeros(1, xp.int64), xp.cumsum(inside[conn], dtype=xp.int64)])
+        cnt = cs[off[1:]] - cs[off[:-1]]
+        size = off[1:] - off[:-1]
+        whole = cnt == size
+        cut = (cnt > 0) & ~whole
+        ref = xp.zeros(n, bool)
+        ref[conn] = True
+        used = inside & ref  # every kept point of a cell is in the output
+        dims = tab["dims"][types]
+        cut_d = {d: cut & (dims == d) & (tab[d][2][types] > 0) for d in (3, 2)}
+        counts = xp.stack([nan_flag(s).astype(xp.int64), whole.sum(), (size * whole).sum(), used.sum(),
+                           size.min(), size.max(), (cut & ~cut_d[3] & ~cut_d[2]).sum(),
+                           *[v for d in (3, 2) for v in (cut_d[d].sum(), (tab[d][2][types] * cut_d[d]).max())]])
     nnan, n_whole, whole_len, n_used, smin, smax, nbad, nc3, w3, nc2, w2 = arrays.scalars_to_host(counts)
     if nnan:
         raise ValueError("scalar: contains NaN")
@@ -221,18 +227,21 @@ def _clip(mesh: CellMesh, s, value: float, inside, pf: dict, cf: dict) -> Clippe
         raise ValueError(f"mesh: {nbad} cells that clip cannot split are cut (lines, polygons); it splits "
                          "tri, quad, tet, hex, wedge and pyramid")
     # wholly kept cells
-    widx = compact(whole, n_whole)
-    renum = xp.cumsum(used, dtype=xp.int64) - 1
-    if smin == smax:
-        wconn = conn.reshape(-1, smin)[widx].reshape(-1)
-        woff = xp.arange(0, whole_len + 1, smin, dtype=xp.int64)
+    if xp is np:
+        widx, wconn, woff, renum = _cpu().gather_whole(conn, off, whole, used, n_whole, whole_len)
     else:
-        woff = xp.concatenate([xp.zeros(1, xp.int64), xp.cumsum(size[widx])])
-        mark = xp.zeros(whole_len, xp.int64)
-        mark[woff[1:-1]] = 1
-        cell_of = xp.cumsum(mark)
-        wconn = conn[off[widx][cell_of] + xp.arange(whole_len, dtype=xp.int64) - woff[cell_of]]
-    wconn = renum[wconn]
+        widx = compact(whole, n_whole)
+        renum = xp.cumsum(used, dtype=xp.int64) - 1
+        if smin == smax:
+            wconn = conn.reshape(-1, smin)[widx].reshape(-1)
+            woff = xp.arange(0, whole_len + 1, smin, dtype=xp.int64)
+        else:
+            woff = xp.concatenate([xp.zeros(1, xp.int64), xp.cumsum(size[widx])])
+            mark = xp.zeros(whole_len, xp.int64)
+            mark[woff[1:-1]] = 1
+            cell_of = xp.cumsum(mark)
+            wconn = conn[off[widx][cell_of] + xp.arange(whole_len, dtype=xp.int64) - woff[cell_of]]
+        wconn = renum[wconn]
     # cut cells: their simplices, sorted kept first and by id, and the keys of their cut edges
     parts = []
     for d, nc, w in ((3, nc3, w3), (2, nc2, w2)):
@@ -291,6 +300,80 @@ def _clip(mesh: CellMesh, s, value: float, inside, pf: dict, cf: dict) -> Clippe
 
 
 _SENTINEL = np.iinfo(np.int64).max
+
+
+@functools.cache
+def _cpu():
+    """The Numba kernels of the host path (built on first use, compiled once per type
+    signature, cached on disk): one pass where NumPy makes a dozen over every cell."""
+    import types
+
+    import numba
+
+    @numba.njit(cache=True, nogil=True)
+    def classify(conn, off, inside, ctypes, dims, ns3, ns2):
+        nc, npts = off.shape[0] - 1, inside.shape[0]
+        whole = np.empty(nc, np.bool_)
+        cut3 = np.zeros(nc, np.bool_)
+        cut2 = np.zeros(nc, np.bool_)
+        ref = np.zeros(npts, np.bool_)
+        counts = np.zeros(11, np.int64)  # as the device path's stack
+        smin, smax = np.iinfo(np.int64).max, 0
+        for c in range(nc):
+            a, b = off[c], off[c + 1]
+            k = 0
+            for j in range(a, b):
+                p = conn[j]
+                ref[p] = True
+                k += inside[p]
+            size = b - a
+            smin, smax = min(smin, size), max(smax, size)
+            whole[c] = k == size
+            if k == size:
+                counts[1] += 1
+                counts[2] += size
+            elif k > 0:
+                t = ctypes[c]
+                if dims[t] == 3 and ns3[t] > 0:
+                    cut3[c] = True
+                    counts[7] += 1
+                    counts[8] = max(counts[8], ns3[t])
+                elif dims[t] == 2 and ns2[t] > 0:
+                    cut2[c] = True
+                    counts[9] += 1
+                    counts[10] = max(counts[10], ns2[t])
+                else:
+                    counts[6] += 1
+        used = np.empty(npts, np.bool_)
+        for p in range(npts):
+            used[p] = inside[p] and ref[p]
+            counts[3] += used[p]
+        counts[4], counts[5] = smin, smax
+        return whole, cut3, cut2, used, counts
+
+    @numba.njit(cache=True, nogil=True)
+    def gather_whole(conn, off, whole, used, n_whole, whole_len):
+        renum = np.empty(used.shape[0], np.int64)
+        k = 0
+        for p in range(used.shape[0]):
+            renum[p] = k - 1 + used[p]
+            k += used[p]
+        widx = np.empty(n_whole, np.int64)
+        wconn = np.empty(whole_len, np.int64)
+        woff = np.empty(n_whole + 1, np.int64)
+        woff[0] = 0
+        i = at = 0
+        for c in range(whole.shape[0]):
+            if whole[c]:
+                widx[i] = c
+                for j in range(off[c], off[c + 1]):
+                    wconn[at] = renum[conn[j]]
+                    at += 1
+                i += 1
+                woff[i] = at
+        return widx, wconn, woff, renum
+
+    return types.SimpleNamespace(classify=classify, gather_whole=gather_whole)
 
 
 def _sort_rows(k):
