@@ -373,7 +373,22 @@ def _cpu():
                 woff[i] = at
         return widx, wconn, woff, renum
 
-    return types.SimpleNamespace(classify=classify, gather_whole=gather_whole)
+    @numba.njit(cache=True, nogil=True)
+    def orient_tets(pts, o):
+        for i in range(o.shape[0]):
+            a, b, c, d = o[i, 0], o[i, 1], o[i, 2], o[i, 3]
+            e = np.empty((3, 3))
+            for k in range(3):
+                e[0, k] = pts[b, k] - pts[a, k]
+                e[1, k] = pts[c, k] - pts[a, k]
+                e[2, k] = pts[d, k] - pts[a, k]
+            det = (e[0, 0] * (e[1, 1] * e[2, 2] - e[1, 2] * e[2, 1]) - e[0, 1] * (e[1, 0] * e[2, 2] - e[1, 2] * e[2, 0])
+                   + e[0, 2] * (e[1, 0] * e[2, 1] - e[1, 1] * e[2, 0]))
+            if det < 0:
+                o[i, 1], o[i, 2] = c, b
+        return o
+
+    return types.SimpleNamespace(classify=classify, gather_whole=gather_whole, orient_tets=orient_tets)
 
 
 def _sort_rows(k):
@@ -388,6 +403,8 @@ def _sort_rows(k):
 def _orient(allp, o, p, parent_simp):
     """Tetrahedra turned to positive volume; triangles to their parent triangle's side."""
     xp = arrays.get_array_module(o)
+    if xp is np and o.shape[1] == 4:
+        return _cpu().orient_tets(allp, np.ascontiguousarray(o))
     q = allp[o].astype(xp.float64)
     e = q[:, 1:] - q[:, :1]
     if o.shape[1] == 4:
