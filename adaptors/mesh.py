@@ -52,16 +52,17 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections.abc import Mapping
-from typing import Any, Sequence
+from typing import Any, Callable, Literal, Sequence, overload
 
 import numpy as np
 
 from insitu import arrays
 from insitu.ranges import TileRanges, as_tile_ranges
+from render.cells import SHAPE_TYPES, VERTEX, CellMesh, cell_mesh, grid_cells
 
 from .errors import MeshError
 
-__all__ = ["MeshDomain", "Field", "VectorField", "parse", "uniform"]
+__all__ = ["CellDomain", "MeshDomain", "Field", "VectorField", "parse", "uniform", "unstructured"]
 
 
 @dataclasses.dataclass
@@ -154,6 +155,34 @@ class MeshDomain:
         return f.values[tuple(slice(a, b) for a, b in zip(lo, hi))]
 
 
+@dataclasses.dataclass
+class CellDomain:
+    """One Blueprint domain read as points and cells (:class:`render.cells.CellMesh`):
+    every topology that is not a 3-D uniform grid (see :func:`parse`).
+
+    Attributes
+    ----------
+    mesh : CellMesh
+        Points (n_points, 3) and cells in VTK's types and node order, on the fields'
+        backend.
+    fields : dict of Field
+        ``values`` 1-D: (n_points,) vertex or (n_cells,) element, views of the input.
+    ghosts : (n_cells,) bool array or None
+        True for ghost cells (from the ghost field or ``vtkGhostType``); None: none.
+    dim : int
+        2 or 3: the coordinates' dimension (2-D meshes have z = 0).
+    topology : str
+        The Blueprint topology read.
+    """
+
+    domain_id: int
+    mesh: CellMesh
+    fields: dict[str, Field]
+    ghosts: Any = None
+    dim: int = 3
+    topology: str = "mesh"
+
+
 def _recentre(cells):
     xp = arrays.get_array_module(cells)
     c = cells.astype(xp.float64) if cells.dtype.kind != "f" else cells
@@ -168,7 +197,13 @@ def _recentre(cells):
     return acc / 8
 
 
-def parse(mesh, *, ghost_field: str = "ascent_ghosts") -> list[MeshDomain]:
+@overload
+def parse(mesh, *, ghost_field: str = ..., cells: Literal[False] = ...) -> list[MeshDomain]: ...
+@overload
+def parse(mesh, *, ghost_field: str = ..., cells: bool) -> list[MeshDomain | CellDomain]: ...
+
+
+def parse(mesh, *, ghost_field: str = "ascent_ghosts", cells: bool = False) -> list:
     """Validate a Blueprint mesh (one domain, a list or a dict of them); return its domains.
 
     Parameters
@@ -180,19 +215,25 @@ def parse(mesh, *, ghost_field: str = "ascent_ghosts") -> list[MeshDomain]:
     ghost_field : str
         Element field whose non-zero cells are ghosts; ``vtkGhostType`` (cells with VTK's
         DUPLICATECELL or HIDDENCELL bit) is read as ghosts as well.
+    cells : bool
+        Read the topologies that are not 3-D uniform grids as :class:`CellDomain`; without
+        it (the pipelines' default until they take cells) they are refused with
+        ``not supported yet`` and their path.
 
     Returns
     -------
-    list of MeshDomain
-        Uniform grids: uniform topologies, and rectilinear and structured ones whose
-        coordinates are an evenly spaced axis-aligned lattice (within 1e-5 of a step).
+    list of MeshDomain or CellDomain
+        :class:`MeshDomain` for uniform grids (uniform topologies, and 3-D rectilinear and
+        structured ones whose coordinates are an evenly spaced axis-aligned lattice within
+        1e-5 of a step); :class:`CellDomain` for the rest (`cells` only).
 
     Raises
     ------
     MeshError
         Naming the path at fault: ``"domain 1/fields/T/values: expected 17x17x9 float32
         or float64..., got 16x17x9 float32"``; well-formed meshes the filters cannot draw
-        yet (2-D, unstructured, points, matsets, nestsets) with ``not supported yet``.
+        (polyhedral cells, matsets, specsets, nestsets; without `cells`, every
+        :class:`CellDomain`) with what is not supported.
     """
     mesh = _tree(mesh)
     if isinstance(mesh, Mapping) and "coordsets" in mesh:
@@ -203,14 +244,16 @@ def parse(mesh, *, ghost_field: str = "ascent_ghosts") -> list[MeshDomain]:
         items = [(f"domain {i}/", v) for i, v in enumerate(mesh)]
     else:
         raise MeshError(f"mesh: expected a Blueprint dict (or a list of them), got {type(mesh).__name__}")
-    out = [_domain(m, p, i, ghost_field) for i, (p, m) in enumerate(items)]
+    out = [_domain(m, p, i, ghost_field, cells) for i, (p, m) in enumerate(items)]
     ids = [d.domain_id for d in out]
     if len(set(ids)) != len(ids):
         raise MeshError(f"mesh: domains repeat state/domain_id: {ids}")
     kinds = {arrays.backend_of(a) for d in out for f in d.fields.values()
              for a in (f.components.values() if f.components else (f.values,))}
+    kinds |= {arrays.backend_of(d.mesh.points) for d in out if isinstance(d, CellDomain)}
     if len(kinds) > 1:
-        raise MeshError("mesh: fields mix host and device arrays; hand all of one rank's fields in one memory space")
+        raise MeshError("mesh: fields (or coordinates) mix host and device arrays; hand all of one rank's "
+                        "fields in one memory space")
     return out
 
 
@@ -300,15 +343,20 @@ def _number(v, path: str, *, positive: bool = False, integer: bool = False):
     return int(v) if integer else float(v)
 
 
-def _unsupported(path: str, what: str) -> MeshError:
-    return MeshError(f"{path}: {what}: not supported yet (insitu draws 3-D uniform grids, and rectilinear and "
-                     "structured ones whose coordinates are an evenly spaced axis-aligned lattice)")
+def _unsupported(path: str, what: str, hint: str = "") -> MeshError:
+    return MeshError(f"{path}: {what}: not supported yet{hint}")
+
+
+#: Why a mesh that reads as cells is refused without ``parse(..., cells=True)``.
+_CELLS_HINT = (" (the pipelines draw 3-D uniform grids, and rectilinear and structured ones whose coordinates are "
+               "an evenly spaced axis-aligned lattice; adaptors.mesh.parse(..., cells=True) reads this one as "
+               "cells)")
 
 
 # --------------------------------------------------------------------------- domains
 
 
-def _domain(m, p: str, index: int, ghost_field: str) -> MeshDomain:
+def _domain(m, p: str, index: int, ghost_field: str, cells: bool) -> MeshDomain | CellDomain:
     if not isinstance(m, Mapping):
         raise MeshError(f"{p.rstrip('/') or 'mesh'}: expected a Blueprint domain (a map), got {type(m).__name__}")
     for key, what in _SETS:
@@ -324,30 +372,64 @@ def _domain(m, p: str, index: int, ghost_field: str) -> MeshDomain:
     coordsets = _map(_get(m, "coordsets", p), f"{p}coordsets/", "coordsets")
     csname = _coordset_name(topo, coordsets, tpath)
     cpath = f"{p}coordsets/{csname}/"
-    dims, origin, spacing = _grid(_get(topo, "type", tpath), topo, tpath, coordsets[csname], cpath)
+    read = _topology(_get(topo, "type", tpath), topo, tpath, coordsets[csname], cpath)
+    if isinstance(read, _Cells) and not cells:
+        raise _unsupported(read.path, read.what, _CELLS_HINT)
     if "adjsets" in m:
         _check_adjsets(m["adjsets"], topos, f"{p}adjsets/")
     state = m.get("state", {}) or {}
     did = _number(state.get("domain_id", index), f"{p}state/domain_id", integer=True)
+    if isinstance(read, _Cells):
+        return _cell_domain(did, read, given, p, tname, ghost_field)
+    dims, origin, spacing = read
     fields: dict[str, Field] = {}
     cdims = tuple(n - 1 for n in dims)
     for name, f in given.items():
         fpath = f"{p}fields/{name}/"
-        _field(fields, str(name), f, fpath, tname, dims, cdims)
-    cells = ((0, 0, 0), cdims)
+        _field(fields, str(name), f, fpath, tname,
+               lambda v, assoc, path: _values(v, dims if assoc == "vertex" else cdims, path), ranges=True)
+    cells_box = ((0, 0, 0), cdims)
     for gname, bits in ((ghost_field, None), (_VTK_GHOSTS, _VTK_HIDDEN)):
-        g = fields.pop(gname, None)
-        if g is None:
-            continue
-        gpath = f"{p}fields/{gname}/"
-        if g.association != "element" or g.components:
-            raise MeshError(f"{gpath}association: the ghost field must be an element-associated scalar "
-                            f"(ghost points are not supported yet), got {g.association}")
-        if bits is not None and g.values.dtype.kind not in "iu":
-            raise MeshError(f"{gpath}values: vtkGhostType holds VTK's ghost bits: expected integers, "
-                            f"got {g.values.dtype}")
-        cells = _intersect(cells, _real_box(g.values, f"{gpath}values", bits), f"{p}fields: {gname}")
-    return MeshDomain(did, dims, origin, spacing, fields, cells)
+        g = _ghost_field(fields, gname, bits, f"{p}fields/{gname}/")
+        if g is not None:
+            box = _real_box(g, f"{p}fields/{gname}/values", bits)
+            cells_box = _intersect(cells_box, box, f"{p}fields: {gname}")
+    return MeshDomain(did, dims, origin, spacing, fields, cells_box)
+
+
+def _ghost_field(fields: dict, gname: str, bits: int | None, gpath: str):
+    """Remove ghost field `gname` from `fields`; return its values (None if absent)."""
+    g = fields.pop(gname, None)
+    if g is None:
+        return None
+    if g.association != "element" or g.components:
+        raise MeshError(f"{gpath}association: the ghost field must be an element-associated scalar "
+                        f"(ghost points are not supported yet), got {g.association}")
+    if bits is not None and g.values.dtype.kind not in "iu":
+        raise MeshError(f"{gpath}values: vtkGhostType holds VTK's ghost bits: expected integers, "
+                        f"got {g.values.dtype}")
+    return g.values
+
+
+def _cell_domain(did: int, read: _Cells, given: Mapping, p: str, tname: str, ghost_field: str) -> CellDomain:
+    fields: dict[str, Field] = {}
+    for name, f in given.items():
+        _field(fields, str(name), f, f"{p}fields/{name}/", tname,
+               lambda v, assoc, path: _cell_values(v, read.n_points if assoc == "vertex" else read.n_cells,
+                                                    read.grid, assoc, path), ranges=False)
+    ghosts = None
+    for gname, bits in ((ghost_field, None), (_VTK_GHOSTS, _VTK_HIDDEN)):
+        g = _ghost_field(fields, gname, bits, f"{p}fields/{gname}/")
+        if g is not None:
+            mask = g != 0 if bits is None else (g & bits) != 0
+            ghosts = mask if ghosts is None else ghosts | mask
+    device = any(arrays.is_device_array(a) for f in fields.values()
+                 for a in (f.components.values() if f.components else (f.values,)))
+    try:
+        mesh = read.build(device)
+    except ValueError as e:  # render.cells' checks of what the topology holds
+        raise MeshError(f"{read.path}: {e}") from None
+    return CellDomain(did, mesh, fields, ghosts, read.dim, tname)
 
 
 #: Domain children the filters would ignore, and so draw wrong: refused until supported.
@@ -398,8 +480,22 @@ _TOPOLOGY_COORDS = {"uniform": ("uniform",), "rectilinear": ("rectilinear",), "s
                     "unstructured": ("explicit",), "points": ("explicit", "uniform", "rectilinear")}
 
 
-def _grid(ttype, topo, tpath: str, cs, cpath: str):
-    """(dims, origin, spacing) of the uniform grid topology `topo` over `cs` makes."""
+@dataclasses.dataclass
+class _Cells:
+    """A topology read as cells, built once its fields tell the backend (`build(device)`)."""
+
+    path: str  # where the refusal points without parse(..., cells=True)
+    what: str
+    dim: int  # of the coordinates
+    n_points: int
+    n_cells: int
+    grid: tuple | None  # node counts (i, j[, k]) of a structured grid: fields may come [i, j, k]-shaped
+    build: Callable[[bool], CellMesh]
+
+
+def _topology(ttype, topo, tpath: str, cs, cpath: str) -> tuple | _Cells:
+    """(dims, origin, spacing) of a 3-D uniform grid, or the :class:`_Cells` of any other
+    topology over coordset `cs`."""
     kinds = _TOPOLOGY_COORDS.get(ttype)
     if kinds is None:
         raise MeshError(f"{tpath}type: expected one of {', '.join(_TOPOLOGY_COORDS)}, got {ttype!r}")
@@ -407,25 +503,99 @@ def _grid(ttype, topo, tpath: str, cs, cpath: str):
     if ctype not in kinds:
         raise MeshError(f"{cpath}type: a {ttype} topology ({tpath.rstrip('/')}) needs a "
                         f"{' or '.join(kinds)} coordset, got {ctype!r}")
+    two_d = (cpath.rstrip("/"), "a 2-D mesh (the filters contour and ray cast 3-D cells)")
+    if ttype == "points":
+        return _point_cells(ctype, cs, tpath, cpath)
+    if ttype == "unstructured":
+        return _unstructured_cells(topo, tpath, _explicit(cs, cpath))
     if ttype == "uniform":
         dims, origin, spacing = _uniform_coords(cs, cpath)
-    elif ttype == "rectilinear":
-        dims, origin, spacing = _lattice([_axis(a, f"{cpath}values/{x}") for x, a in
-                                          _cartesian(_get(cs, "values", cpath), f"{cpath}values")], cpath)
-    elif ttype == "structured":
-        dims, origin, spacing = _structured(topo, tpath, cs, cpath)
-    elif ttype == "unstructured":
-        shape = _check_unstructured(topo, tpath, _explicit(cs, cpath))
-        raise _unsupported(tpath.rstrip("/"), f"an unstructured topology ({shape} cells)")
-    else:
-        if ctype == "explicit":
-            _explicit(cs, cpath)
-        raise _unsupported(tpath.rstrip("/"), "a points topology")
-    if len(dims) == 2:
-        raise _unsupported(cpath.rstrip("/"), "a 2-D mesh (the filters contour and ray cast 3-D cells)")
+        _one_cell(dims, f"{cpath}dims")
+        if len(dims) == 3:
+            return dims, origin, spacing
+        return _grid_cells(_uniform_axes(dims, origin, spacing), None, dims, *two_d)
+    if ttype == "rectilinear":
+        axes = [_axis(a, f"{cpath}values/{x}") for x, a in _cartesian(_get(cs, "values", cpath), f"{cpath}values")]
+        lattice, uneven = _lattice(axes, cpath)
+        dims = tuple(int(a.shape[0]) for a in axes)
+        if lattice is not None and len(axes) == 3:
+            return lattice
+        return _grid_cells(axes, None, dims, *(two_d if uneven is None else uneven))
+    dims, flat, lattice, curved = _structured(topo, tpath, cs, cpath)
+    if lattice is not None and len(dims) == 3:
+        return lattice
+    return _grid_cells(None, flat, dims, *(two_d if curved is None else curved))
+
+
+def _one_cell(dims: tuple, path: str) -> None:
     if min(dims) < 2:
-        raise MeshError(f"{cpath}dims: every axis needs at least 2 nodes (one cell), got {dims}")
-    return dims, origin, spacing
+        raise MeshError(f"{path}: every axis needs at least 2 nodes (one cell), got {dims}")
+
+
+def _uniform_axes(dims: tuple, origin, spacing) -> list:
+    return [o + h * np.arange(n, dtype=np.float64) for n, o, h in zip(dims, origin, spacing)]
+
+
+def _grid_cells(axes: list | None, flat: list | None, dims: tuple, path: str, what: str) -> _Cells:
+    """A structured grid's cells from its 1-D `axes` (rectilinear) or its points' `flat`
+    coordinates (curvilinear, Conduit's order: i fastest)."""
+
+    def build(device: bool) -> CellMesh:
+        arrs = list(axes if axes is not None else flat)  # type: ignore[arg-type]
+        if device and not all(arrays.is_device_array(a) for a in arrs):
+            # One upload for all the coordinates; the cells are numbered on the device.
+            dt = np.result_type(*[a.dtype for a in arrs], np.float32)
+            host = [arrays.to_host(a).astype(dt, copy=False) for a in arrs]
+            buf = arrays.to_device(np.concatenate(host))
+            ends = np.cumsum([a.shape[0] for a in host])
+            arrs = [buf[e - a.shape[0]:e] for a, e in zip(host, ends)]
+        if axes is None:
+            arrs = [_ijk(a, dims) for a in arrs]
+        return grid_cells(*arrs)
+
+    n_cells = _size(tuple(n - 1 for n in dims))
+    return _Cells(path, what, len(dims), _size(dims), n_cells, dims, build)
+
+
+def _points(axes: list):
+    """The (n, 3) points of per-axis coordinates (2-D: z = 0): one copy, on their backend."""
+    xp = arrays.get_array_module(axes[0])
+    dt = np.result_type(*[a.dtype for a in axes], np.float32)
+    pts = xp.zeros((int(axes[0].shape[0]), 3), dt)
+    for i, a in enumerate(axes):
+        pts[:, i] = a
+    return pts
+
+
+def _point_cells(ctype: str, cs, tpath: str, cpath: str) -> _Cells:
+    """A points topology: one VERTEX cell per point of the coordset."""
+    if ctype == "explicit":
+        axes = [a for _, a in _explicit(cs, cpath)]
+    else:
+        if ctype == "uniform":
+            dims, origin, spacing = _uniform_coords(cs, cpath)
+            lines = _uniform_axes(dims, origin, spacing)
+        else:
+            lines = [_axis(a, f"{cpath}values/{x}") for x, a in
+                     _cartesian(_get(cs, "values", cpath), f"{cpath}values")]
+        xp = arrays.get_array_module(lines[0])
+        # every node of the lattice, numbered as Blueprint numbers them (i fastest)
+        axes = [g.ravel(order="F") for g in xp.meshgrid(*lines, indexing="ij")]
+    n = int(axes[0].shape[0])
+
+    def build(device: bool) -> CellMesh:
+        pts = _points(axes)
+        conn = arrays.get_array_module(pts).arange(n, dtype=np.int64)
+        return _on_backend(cell_mesh(pts, conn, VERTEX), device)
+
+    return _Cells(tpath.rstrip("/"), "a points topology", len(axes), n, n, None, build)
+
+
+def _on_backend(m: CellMesh, device: bool) -> CellMesh:
+    """`m` (checked where it was built), its arrays uploaded once each when `device`."""
+    if not device or arrays.is_device_array(m.points):
+        return m
+    return CellMesh(*(arrays.to_device(a) for a in (m.points, m.connectivity, m.offsets, m.types)))
 
 
 _DIMS = ("i", "j", "k")
@@ -482,9 +652,11 @@ def _axis(v, path: str):
     return a
 
 
-def _lattice(axes: list, cpath: str):
-    """Origin and step of each axis's coordinates, which must be evenly spaced (rtol 1e-5 of a step)."""
+def _lattice(axes: list, cpath: str) -> tuple[tuple | None, tuple[str, str] | None]:
+    """``((dims, origin, spacing), None)`` when every axis is evenly spaced (rtol 1e-5 of a
+    step), else ``(None, (path, what))`` of the first uneven one; coordinates must increase."""
     dims, origin, spacing = [], [], []
+    uneven = None
     for x, a in zip("xyz", axes):
         n = int(a.shape[0])
         if n < 2:
@@ -492,15 +664,17 @@ def _lattice(axes: list, cpath: str):
         xp = arrays.get_array_module(a)
         a0, a1 = float(a[0]), float(a[-1])
         h = (a1 - a0) / (n - 1)
-        if not (np.isfinite(h) and h > 0):
+        if not (np.isfinite(h) and h > 0) or not bool((a[1:] > a[:-1]).all()):
             raise MeshError(f"{cpath}values/{x}: coordinates must increase, got {a0} .. {a1}")
         err = float(xp.abs(a.astype(xp.float64) - (a0 + h * xp.arange(n))).max())
-        if not err <= 1e-5 * h:
-            raise _unsupported(f"{cpath}values/{x}", "unevenly spaced coordinates")
+        if not err <= 1e-5 * h and uneven is None:
+            uneven = (f"{cpath}values/{x}", "unevenly spaced coordinates")
         dims.append(n)
         origin.append(a0)
         spacing.append(h)
-    return tuple(dims), np.array(origin), np.array(spacing)
+    if uneven is not None:
+        return None, uneven
+    return (tuple(dims), np.array(origin), np.array(spacing)), None
 
 
 def _explicit(cs, cpath: str) -> list[tuple[str, Any]]:
@@ -513,29 +687,38 @@ def _explicit(cs, cpath: str) -> list[tuple[str, Any]]:
 
 
 def _structured(topo, tpath: str, cs, cpath: str):
+    """``(node dims, flat coordinates, lattice or None, (path, what) or None)`` of a
+    structured topology: the lattice when its points are an evenly spaced axis-aligned one."""
     dn = _get(_get(topo, "elements", tpath), "dims", f"{tpath}elements/")
+    if isinstance(dn, Mapping) and ({"offsets", "strides"} & set(dn)):
+        raise _unsupported(f"{tpath}elements/dims", "a strided structured window (offsets, strides)")
     if not isinstance(dn, Mapping) or not ({"i", "j"} <= set(dn) <= set(_DIMS)):
         raise MeshError(f"{tpath}elements/dims: expected i, j[, k] cell counts")
     cells = [_number(dn[a], f"{tpath}elements/dims/{a}", positive=True, integer=True) for a in _DIMS[:len(dn)]]
     axes = _explicit(cs, cpath)
     if len(axes) != len(cells):
         raise MeshError(f"{tpath}elements/dims: {len(cells)}-D cells over {len(axes)}-D coordinates")
-    nodes = [c + 1 for c in cells]
-    if axes[0][1].shape[0] != int(np.prod(nodes)):
-        raise MeshError(f"{cpath}values: expected {'x'.join(map(str, nodes))} = {int(np.prod(nodes))} points "
+    nodes = tuple(c + 1 for c in cells)
+    if axes[0][1].shape[0] != _size(nodes):
+        raise MeshError(f"{cpath}values: expected {'x'.join(map(str, nodes))} = {_size(nodes)} points "
                         f"for {tpath}elements/dims, got {axes[0][1].shape[0]}")
+    flat = [a for _, a in axes]
     lines = []
     for ax, (x, a) in enumerate(axes):
-        g = _ijk(a, tuple(nodes))
+        g = _ijk(a, nodes)
         line = g[(0,) * ax + (slice(None),) + (0,) * (len(nodes) - 1 - ax)]
         # Axis-aligned: coordinate x varies along i only (y along j, z along k).
         xp = arrays.get_array_module(a)
         shape = [1] * len(nodes)
         shape[ax] = nodes[ax]
         if not bool(xp.all(g == line.reshape(shape))):
-            raise _unsupported(f"{cpath}values/{x}", "a structured grid that is not an axis-aligned lattice")
+            return nodes, flat, None, (f"{cpath}values/{x}", "a structured grid that is not an axis-aligned lattice")
         lines.append(line)
-    return _lattice(lines, cpath)
+    increasing = all(bool((ln[1:] > ln[:-1]).all()) for ln in lines)
+    if not increasing:  # a mirrored lattice: read as cells, as given
+        return nodes, flat, None, (cpath.rstrip("/"), "a lattice whose coordinates decrease")
+    lattice, uneven = _lattice(lines, cpath)
+    return nodes, flat, lattice, uneven
 
 
 #: Nodes per cell of the fixed-size shapes; None: sized per cell.
@@ -543,16 +726,14 @@ _SHAPES: dict[str, int | None] = {"point": 1, "line": 2, "tri": 3, "quad": 4, "t
                                   "pyramid": 5, "polygonal": None, "polyhedral": None}
 
 
-def _check_unstructured(topo, tpath: str, axes: list) -> str:
-    """Validate an unstructured topology's elements; return its shape's name."""
-    epath = f"{tpath}elements/"
-    el = _get(topo, "elements", tpath)
-    if isinstance(el, Mapping) and "stream" in el and "shape" not in el:
-        raise _unsupported(epath.rstrip("/"), "the element stream form of mixed shapes (element_types, stream)")
+def _check_elements(el, epath: str, axes: list, topo, tpath: str) -> str:
+    """Validate elements of one shape or of ``mixed`` ones (shape_map, shapes); return the
+    shape's name."""
     shape = _get(el, "shape", epath)
     poly = shape == "polyhedral" or (shape == "mixed" and "polyhedral" in _get(el, "shape_map", epath))
     if poly:  # cells are lists of faces: the faces (subelements) index the points
-        _check_unstructured({"elements": _get(topo, "subelements", tpath)}, f"{tpath}sub", axes)
+        sub = _get(topo, "subelements", tpath)
+        _check_elements(sub, f"{tpath}subelements/", axes, {}, tpath)
     conn = _int_array(_get(el, "connectivity", epath), f"{epath}connectivity")
     npts = int(axes[0][1].shape[0])
     if conn.size and not poly and (int(conn.min()) < 0 or int(conn.max()) >= npts):
@@ -564,6 +745,8 @@ def _check_unstructured(topo, tpath: str, axes: list) -> str:
             if name not in _SHAPES:
                 raise MeshError(f"{epath}shape_map/{name}: unknown shape; shapes: {', '.join(_SHAPES)}")
         ids = {_number(v, f"{epath}shape_map/{k}", integer=True) for k, v in smap.items()}
+        if len(ids) != len(smap):
+            raise MeshError(f"{epath}shape_map: two shapes share an id")
         shapes = _int_array(_get(el, "shapes", epath), f"{epath}shapes")
         bad = set(np.unique(arrays.to_host(shapes)).tolist()) - ids if shapes.size else set()
         if bad:
@@ -572,12 +755,187 @@ def _check_unstructured(topo, tpath: str, axes: list) -> str:
     if shape not in _SHAPES:
         raise MeshError(f"{epath}shape: expected one of {', '.join(_SHAPES)} or mixed, got {shape!r}")
     k = _SHAPES[shape]
-    if k is not None and conn.size % k:
+    if k is not None and conn.size % k and "sizes" not in el and "offsets" not in el:
         raise MeshError(f"{epath}connectivity: {conn.size} indices is not a whole number of {shape}s "
                         f"({k} nodes each)")
     if k is None and "sizes" not in el and "offsets" not in el:
         raise MeshError(f"{epath}sizes: missing ({shape} cells need their sizes or offsets)")
     return str(shape)
+
+
+_POLYHEDRA = "polyhedral cells are not supported by the filters (cells bounded by polygon lists)"
+
+
+def _unstructured_cells(topo, tpath: str, axes: list) -> _Cells:
+    """An unstructured topology: elements of one shape, ``mixed`` ones (``shape_map``,
+    ``shapes``), named groups of elements, or the element stream form."""
+    epath = f"{tpath}elements/"
+    el = _get(topo, "elements", tpath)
+    if isinstance(el, Mapping) and "shape" in el:
+        conn, types, offsets, n_cells, label = _shaped(el, epath, axes, topo, tpath)
+    elif isinstance(el, Mapping) and "element_types" in el:
+        conn, types, offsets, n_cells, label = _stream(el, epath)
+    elif isinstance(el, (Mapping, list)) and el:
+        conn, types, offsets, n_cells, label = _groups(el, epath, axes, topo, tpath)
+    else:
+        raise MeshError(f"{epath.rstrip('/')}: expected a map with shape and connectivity (or groups of such "
+                        f"maps, or element_types and stream), got {type(el).__name__}")
+    what = f"an unstructured topology ({label} cells)"
+
+    def build(device: bool) -> CellMesh:
+        pts = _points([a for _, a in axes])
+        parts = [pts, conn, types, offsets]
+        if any(arrays.is_device_array(a) for a in parts if a is not None and not np.isscalar(a)):
+            parts = [a if a is None or np.isscalar(a) else arrays.to_device(a) for a in parts]
+        return _on_backend(cell_mesh(parts[0], parts[1], parts[2], parts[3]), device)
+
+    return _Cells(tpath.rstrip("/"), what, len(axes), int(axes[0][1].shape[0]), n_cells, None, build)
+
+
+def _shaped(el, epath: str, axes: list, topo, tpath: str):
+    """(connectivity, types, CSR offsets or None, cells, label) of elements of one shape or
+    of ``mixed`` shapes; types: a VTK code, or one per cell."""
+    shape = _check_elements(el, epath, axes, topo, tpath)
+    conn = _int_array(el["connectivity"], f"{epath}connectivity")
+    xp = arrays.get_array_module(conn)
+    if shape == "polyhedral":
+        raise MeshError(f"{epath}shape: {_POLYHEDRA}")
+    types: Any
+    if shape.startswith("mixed"):
+        smap = {str(k): int(_number(v, f"{epath}shape_map/{k}", integer=True)) for k, v in el["shape_map"].items()}
+        shapes = _int_array(el["shapes"], f"{epath}shapes")
+        pid = smap.get("polyhedral")
+        if pid is not None and shapes.size and bool((shapes == pid).any()):
+            raise MeshError(f"{epath}shape_map/polyhedral: {_POLYHEDRA}")
+        # shape ids (any integers Blueprint names in shape_map) -> VTK's codes, by lookup
+        ids = sorted((i, SHAPE_TYPES[n]) for n, i in smap.items() if n in SHAPE_TYPES)
+        keys = xp.asarray(np.array([i for i, _ in ids], np.int64))
+        codes = xp.asarray(np.array([c for _, c in ids], np.uint8))
+        types = codes[xp.searchsorted(keys, shapes.astype(np.int64))]
+        n_cells = int(shapes.shape[0])
+        fixed = xp.asarray(_CELL_SIZES)[types.astype(np.int64)]
+        conn, offsets = _csr(el, epath, conn, n_cells, fixed if bool((fixed > 0).all()) else None)
+        return conn, types, offsets, n_cells, shape
+    types = SHAPE_TYPES[shape]
+    k = _SHAPES[shape]
+    if k is not None and "sizes" not in el and "offsets" not in el:
+        return conn, types, None, int(conn.shape[0]) // k, shape
+    key = "sizes" if "sizes" in el else "offsets"
+    n_cells = int(_int_array(el[key], f"{epath}{key}").shape[0])
+    conn, offsets = _csr(el, epath, conn, n_cells, xp.full(n_cells, k, np.int64) if k else None)
+    return conn, types, offsets, n_cells, shape
+
+
+def _groups(el, epath: str, axes: list, topo, tpath: str):
+    """Named groups of elements (each of one shape or mixed), their cells one group after
+    another: the connectivity is concatenated (a copy)."""
+    items = list(el.items()) if isinstance(el, Mapping) else list(enumerate(el))
+    conns, types, offs, labels = [], [], [], []
+    base = 0
+    for name, g in items:
+        gpath = f"{epath}{name}/"
+        if not isinstance(g, Mapping) or "shape" not in g:
+            raise MeshError(f"{gpath.rstrip('/')}: expected a group of elements (shape, connectivity)")
+        conn, t, off, n, label = _shaped(g, gpath, axes, topo, tpath)
+        xp = arrays.get_array_module(conn)
+        if off is None:
+            k = int(_CELL_SIZES[t])
+            off = xp.arange(0, n * k + 1, k, dtype=np.int64)
+        conns.append(conn.astype(np.int64))
+        types.append(xp.full(n, t, np.uint8) if np.isscalar(t) else t.astype(np.uint8))
+        offs.append(off[:-1] + base)
+        base += int(conn.shape[0])
+        labels.append(label)
+    xp = arrays.get_array_module(conns[0])
+    offsets = xp.concatenate(offs + [xp.full(1, base, np.int64)])
+    return (xp.concatenate(conns), xp.concatenate(types), offsets, int(offsets.shape[0]) - 1,
+            "/".join(dict.fromkeys(labels)))
+
+
+def _stream(el, epath: str):
+    """Conduit's element stream form (deprecated there for shape_map and shapes): groups of
+    cells of one shape (``element_index/stream_ids``), sized by ``element_counts`` or
+    ``offsets`` (each group's first index in ``stream``, and optionally its end)."""
+    tmap = {}
+    for name, t in _map(_get(el, "element_types", epath), f"{epath}element_types/", "element types").items():
+        tp = f"{epath}element_types/{name}/"
+        shape = _get(t, "shape", tp)
+        if shape not in SHAPE_TYPES or _SHAPES[shape] is None:
+            raise MeshError(f"{tp}shape: the stream form takes shapes of fixed size "
+                            f"({', '.join(s for s in SHAPE_TYPES if _SHAPES[s])}), got {shape!r}")
+        tmap[_number(_get(t, "stream_id", tp), f"{tp}stream_id", integer=True)] = str(shape)
+    ipath = f"{epath}element_index/"
+    index = _get(el, "element_index", epath)
+    sids = arrays.to_host(_int_array(_get(index, "stream_ids", ipath), f"{ipath}stream_ids")).astype(np.int64)
+    stream = _int_array(_get(el, "stream", epath), f"{epath}stream")
+    bad = sorted(set(sids.tolist()) - set(tmap))
+    if bad:
+        raise MeshError(f"{ipath}stream_ids: {bad} name no element_types stream_id ({sorted(tmap)})")
+    k = np.array([_SHAPES[tmap[i]] for i in sids.tolist()], np.int64)
+    code = np.array([SHAPE_TYPES[tmap[i]] for i in sids.tolist()], np.uint8)
+    if "element_counts" in index:
+        counts = arrays.to_host(_int_array(index["element_counts"], f"{ipath}element_counts")).astype(np.int64)
+        if counts.shape != sids.shape:
+            raise MeshError(f"{ipath}element_counts: expected {sids.shape[0]} entries (one per stream id), "
+                            f"got {counts.shape[0]}")
+    else:
+        off = arrays.to_host(_int_array(_get(index, "offsets", ipath), f"{ipath}offsets")).astype(np.int64)
+        ends = np.append(off[1:], stream.shape[0])[:sids.shape[0]]
+        starts = off[:sids.shape[0]]
+        spans = ends - starts
+        if (starts.shape != sids.shape or (starts.size and starts[0] != 0) or bool((starts[1:] != ends[:-1]).any())
+                or bool((spans % k).any())):
+            raise MeshError(f"{ipath}offsets: expected each group's first index in stream, groups one after "
+                            "another, each a whole number of cells")
+        counts = spans // k
+    sizes = np.repeat(k, counts)
+    if int(sizes.sum()) != int(stream.shape[0]):
+        raise MeshError(f"{epath}stream: the groups hold {int(sizes.sum())} indices, the stream {stream.shape[0]}")
+    offsets = np.zeros(sizes.shape[0] + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    types = np.repeat(code, counts)
+    if arrays.is_device_array(stream):
+        types, offsets = arrays.to_device(types), arrays.to_device(offsets)
+    return stream, types, offsets, int(sizes.shape[0]), "/".join(dict.fromkeys(tmap[i] for i in sids.tolist()))
+
+
+#: Points per cell by VTK type code (0: sized per cell, or not a cell).
+_CELL_SIZES = np.zeros(16, np.int64)
+for _code, _k in ((SHAPE_TYPES[s], k) for s, k in _SHAPES.items() if s in SHAPE_TYPES):
+    _CELL_SIZES[_code] = _k or 0
+
+
+def _csr(el, epath: str, conn, n_cells: int, fixed):
+    """Connectivity and its (n_cells + 1) CSR offsets from Blueprint's ``sizes`` and/or
+    ``offsets`` (each cell's first index), or from `fixed` sizes; cells that do not follow
+    each other in `conn` are gathered into a new connectivity (the only copy)."""
+    xp = arrays.get_array_module(conn)
+    sizes = _int_array(el["sizes"], f"{epath}sizes") if "sizes" in el else None
+    starts = _int_array(el["offsets"], f"{epath}offsets") if "offsets" in el else None
+    for name, a in (("sizes", sizes), ("offsets", starts)):
+        if a is not None and a.shape[0] != n_cells:
+            raise MeshError(f"{epath}{name}: expected {n_cells} entries (one per cell), got {a.shape[0]}")
+    if sizes is None and starts is None:
+        if fixed is None:
+            raise MeshError(f"{epath}sizes: missing (cells of varying size need their sizes or offsets)")
+        sizes = fixed
+    if sizes is None and starts is not None:
+        sizes = xp.diff(xp.concatenate([starts.astype(np.int64), xp.full(1, conn.shape[0], np.int64)]))
+    sizes = arrays.asarray(sizes).astype(np.int64, copy=False)
+    if n_cells and bool((sizes < 0).any()):
+        raise MeshError(f"{epath}offsets: expected increasing offsets (each cell's first index)")
+    offsets = xp.zeros(n_cells + 1, np.int64)
+    xp.cumsum(sizes, out=offsets[1:])
+    if starts is None or bool((starts == offsets[:-1]).all()):
+        if int(offsets[-1]) != int(conn.shape[0]):
+            raise MeshError(f"{epath}sizes: the cells hold {int(offsets[-1])} indices, the connectivity "
+                            f"{int(conn.shape[0])}")
+        return conn, offsets
+    starts = starts.astype(np.int64)
+    if bool((starts < 0).any()) or bool((starts + sizes > conn.shape[0]).any()):
+        raise MeshError(f"{epath}offsets: cells reach past the connectivity ({int(conn.shape[0])} indices)")
+    idx = xp.repeat(starts - offsets[:-1], sizes) + xp.arange(int(offsets[-1]), dtype=np.int64)
+    return conn[idx], offsets
 
 
 def _int_array(v, path: str):
@@ -608,8 +966,10 @@ def _check_adjsets(adjsets, topos: Mapping, path: str) -> None:
 # --------------------------------------------------------------------------- fields
 
 
-def _field(fields: dict, name: str, f, fpath: str, tname: str, dims: tuple, cdims: tuple) -> None:
-    """Add field `name` (an mcarray: the vector and its components) to `fields`."""
+def _field(fields: dict, name: str, f, fpath: str, tname: str, read: Callable[[Any, str, str], Any], *,
+           ranges: bool) -> None:
+    """Add field `name` (an mcarray: the vector and its components) to `fields`;
+    ``read(values, association, path)`` checks and shapes each array."""
     if "matset" in _get_map(f, fpath):
         raise _unsupported(f"{fpath}matset", "per-material field values")
     assoc = _get(f, "association", fpath)
@@ -617,14 +977,15 @@ def _field(fields: dict, name: str, f, fpath: str, tname: str, dims: tuple, cdim
         raise MeshError(f"{fpath}association: expected 'vertex' or 'element', got {assoc!r}")
     if f.get("topology", tname) != tname:
         raise MeshError(f"{fpath}topology: names {f['topology']!r}, the topology is {tname!r}")
-    shape = dims if assoc == "vertex" else cdims
     v = _get(f, "values", fpath)
     if not isinstance(v, Mapping):
-        values = _values(v, shape, f"{fpath}values")
-        ranges = f.get("tile_ranges")
-        if ranges is not None:
-            ranges = _tile_ranges(ranges, assoc, values, f"{fpath}tile_ranges")
-        fields[name] = Field(assoc, values, ranges)
+        values = read(v, assoc, f"{fpath}values")
+        tr = f.get("tile_ranges")
+        if tr is not None:
+            if not ranges:
+                raise MeshError(f"{fpath}tile_ranges: only fields of 3-D uniform grids carry tile ranges")
+            tr = _tile_ranges(tr, assoc, values, f"{fpath}tile_ranges")
+        fields[name] = Field(assoc, values, tr)
         return
     if not v:
         raise MeshError(f"{fpath}values: an mcarray without components")
@@ -634,12 +995,31 @@ def _field(fields: dict, name: str, f, fpath: str, tname: str, dims: tuple, cdim
     for c, a in v.items():
         if isinstance(a, Mapping):
             raise MeshError(f"{fpath}values/{c}: expected an array (an mcarray component), got a map")
-        comps[str(c)] = _values(a, shape, f"{fpath}values/{c}")
+        comps[str(c)] = read(a, assoc, f"{fpath}values/{c}")
     for c, a in comps.items():
         if f"{name}/{c}" in fields or c == "magnitude":
             raise MeshError(f"{fpath}values/{c}: field {name}/{c} exists already")
         fields[f"{name}/{c}"] = Field(assoc, a)
     fields[f"{name}/magnitude"] = VectorField(assoc, comps)
+
+
+def _cell_values(v, n: int, grid: tuple | None, assoc: str, path: str):
+    """`v` as a 1-D view of `n` values in Blueprint's order; on a structured grid, an
+    ``[i, j(, k)]`` array laid out i fastest (Fortran order) is taken too, as its flat view."""
+    a = _array(v, path, f"a ({n},)")
+    shape = None if grid is None else (grid if assoc == "vertex" else tuple(g - 1 for g in grid))
+    if shape is not None and a.ndim == len(shape) and tuple(a.shape) == shape:
+        t = a.transpose()
+        if not t.flags.c_contiguous:
+            raise MeshError(f"{path}: a {'x'.join(map(str, shape))} [i, j, k] array not laid out i fastest: "
+                            "reading it in Blueprint's order would copy it; hand it flat (i fastest) or in "
+                            "Fortran order (numpy.asfortranarray)")
+        a = t.reshape(-1)
+    if a.ndim != 1 or a.shape[0] != n or a.dtype.kind not in "iuf":
+        want = f"{n}" + ("" if shape is None else f" (or {'x'.join(map(str, shape))} [i, j, k])")
+        raise MeshError(f"{path}: expected {want} float or integer values for a {assoc} field, got "
+                        f"{'x'.join(map(str, a.shape))} {a.dtype}")
+    return a
 
 
 def _get_map(f, fpath: str) -> Mapping:
@@ -650,6 +1030,8 @@ def _get_map(f, fpath: str) -> Mapping:
 
 
 def _array(v, path: str, want: str = "an"):
+    if _is_data_array(v):
+        return _data_array(v, path)
     if isinstance(v, np.ma.MaskedArray):
         raise MeshError(f"{path}: a masked array (numpy.ma): its mask would be dropped; fill the masked "
                         "samples (.filled(...)) or mark ghost cells with a ghost field")
@@ -660,6 +1042,39 @@ def _array(v, path: str, want: str = "an"):
     except TypeError:
         raise MeshError(f"{path}: expected {want} array (NumPy, CuPy, __cuda_array_interface__ or "
                         f"DLPack), got {type(v).__name__}") from None
+
+
+def _is_data_array(v) -> bool:
+    """An xarray ``DataArray`` (duck-typed: ``dims`` and ``data`` beside ``values``)."""
+    return (not isinstance(v, np.ndarray) and not arrays.is_device_array(v) and hasattr(v, "dims")
+            and hasattr(v, "data") and hasattr(v, "values"))
+
+
+#: Dimension names a DataArray's axes are put in the order of (i fastest): x, y, z or i, j, k.
+_NAMED_AXES = (("x", "y", "z"), ("i", "j", "k"))
+
+
+def _data_array(v, path: str):
+    """A DataArray's ``data`` (never ``values``, which may copy) as an array; axes named
+    x/y/z or i/j/k in another order are transposed into that order (a view)."""
+    d = v.data
+    if isinstance(d, np.ma.MaskedArray) or _is_data_array(d):
+        return _array(d, path)
+    try:
+        a = arrays.asarray(d, name=path)
+    except arrays.DeviceUnavailableError as e:
+        raise MeshError(str(e)) from None
+    except TypeError:
+        raise MeshError(f"{path}: a DataArray holding {type(d).__module__}.{type(d).__name__}, not an array "
+                        "(NumPy, CuPy, __cuda_array_interface__ or DLPack); a lazy (dask) one needs .compute() "
+                        "first") from None
+    names = tuple(str(n) for n in v.dims)
+    if len(names) == a.ndim > 1:
+        for order in _NAMED_AXES:
+            want = order[:len(names)]
+            if set(names) == set(want) and names != want:
+                return a.transpose([names.index(c) for c in want])
+    return a
 
 
 def _values(v, shape: tuple, path: str):
@@ -808,3 +1223,62 @@ def _ghosts(cdims: tuple, widths: tuple) -> np.ndarray:
             _ghost_cache.clear()
         _ghost_cache[key] = g
     return g
+
+
+def unstructured(points, connectivity, shape: str, fields: Mapping[str, Any] | None = None, *,
+                 sizes=None, shapes=None, element: Sequence[str] = (), ghosts=None, domain_id: int = 0) -> dict:
+    """A Blueprint dict for one unstructured domain (:func:`parse` reads it as a :class:`CellDomain`).
+
+    Parameters
+    ----------
+    points : (n, 2) or (n, 3) array
+        Point coordinates; their columns become the coordset's x, y[, z] (views).
+    connectivity : (m,) integer array
+        Point ids of every cell, cell after cell, in VTK's node order (Blueprint's).
+    shape : str
+        A Blueprint shape (point, line, tri, quad, tet, hex, wedge, pyramid, polygonal) or
+        ``"mixed"``.
+    fields : mapping name -> (n,) or (ncells,) array, optional
+        Vertex fields (names in `element`: element fields).
+    sizes : (ncells,) integer array, optional
+        Points per cell: needed for polygonal and mixed cells (offsets are derived).
+    shapes : (ncells,) integer array, optional
+        For ``"mixed"``: each cell's VTK type code (``shape_map`` names them).
+    ghosts : (ncells,) array, optional
+        Non-zero for ghost cells: an ``ascent_ghosts`` element field.
+
+    Raises
+    ------
+    ValueError
+        An unknown `shape`, `points` not (n, 2) or (n, 3), `shapes` or `sizes` missing where
+        needed.
+    """
+    pts = arrays.asarray(points, name="points")
+    if pts.ndim != 2 or pts.shape[1] not in (2, 3):
+        raise ValueError(f"points: expected an (n, 2) or (n, 3) array, got shape {tuple(pts.shape)}")
+    if shape != "mixed" and shape not in SHAPE_TYPES:
+        raise ValueError(f"shape: expected one of {', '.join(SHAPE_TYPES)} or mixed, got {shape!r}")
+    el: dict[str, Any] = {"shape": shape, "connectivity": connectivity}
+    if shape == "mixed":
+        if shapes is None:
+            raise ValueError("shapes: needed for mixed cells (each cell's VTK type code)")
+        el["shape_map"] = dict(SHAPE_TYPES)
+        el["shapes"] = shapes
+    if sizes is not None:
+        sz = arrays.asarray(sizes, name="sizes")
+        xp = arrays.get_array_module(sz)
+        el["sizes"] = sz
+        el["offsets"] = xp.concatenate([xp.zeros(1, sz.dtype), xp.cumsum(sz)[:-1].astype(sz.dtype)])
+    elif shape in ("mixed", "polygonal"):
+        raise ValueError(f"sizes: needed for {shape} cells")
+    out: dict[str, Any] = {
+        "coordsets": {"coords": {"type": "explicit",
+                                 "values": {x: pts[:, i] for i, x in enumerate("xyz"[:pts.shape[1]])}}},
+        "topologies": {"mesh": {"type": "unstructured", "coordset": "coords", "elements": el}},
+        "fields": {k: {"association": "element" if k in element else "vertex", "topology": "mesh", "values": v}
+                   for k, v in (fields or {}).items()},
+        "state": {"domain_id": int(domain_id)},
+    }
+    if ghosts is not None:
+        out["fields"]["ascent_ghosts"] = {"association": "element", "topology": "mesh", "values": ghosts}
+    return out

@@ -52,25 +52,28 @@ def braid(conduit, kind, nz=N):
 # --------------------------------------------------------------------------- Conduit's examples
 
 _SUPPORTED = "not supported yet"
-#: (generator args, None if it parses, else (path, what) of the refusal)
+_POLY = "polyhedral cells are not supported by the filters"
+#: (generator args, None if it parses as a uniform grid, else (path, what) of the refusal: meshes read
+#: as cells are refused "not supported yet" until the pipelines take them (tests/test_blueprint_cells.py
+#: reads them with parse(..., cells=True)); polyhedral cells are refused either way)
 EXAMPLES = {
     **{f"braid-{k}": (("braid", k, N), None) for k in ("uniform", "rectilinear", "structured")},
-    **{f"braid-{k}": (("braid", k, N), ("topologies/mesh", f"unstructured topology \\({s} cells\\)"))
+    **{f"braid-{k}": (("braid", k, N), ("topologies/mesh", f"unstructured topology \\({s} cells\\).*: {_SUPPORTED}"))
        for k, s in (("points", "point"), ("lines", "line"), ("tets", "tet"), ("hexs", "hex"),
-                    ("hexs_poly", "polyhedral"), ("wedges", "wedge"), ("pyramids", "pyramid"),
-                    ("mixed", "mixed polyhedral/tet/hex"))},
-    "braid-points_implicit": (("braid", "points_implicit", N), ("topologies/mesh", "a points topology")),
-    "braid-hexs_and_tets": (("braid", "hexs_and_tets", N), ("topologies/mesh/elements", "element stream form")),
-    **{f"braid2d-{k}": (("braid", k, 0), ("coordsets/coords", "a 2-D mesh"))
+                    ("wedges", "wedge"), ("pyramids", "pyramid"), ("hexs_and_tets", "hex/tet"))},
+    "braid-hexs_poly": (("braid", "hexs_poly", N), ("topologies/mesh/elements/shape", _POLY)),
+    "braid-mixed": (("braid", "mixed", N), ("topologies/mesh/elements/shape_map/polyhedral", _POLY)),
+    "braid-points_implicit": (("braid", "points_implicit", N), ("topologies/mesh", f"a points topology: {_SUPPORTED}")),
+    **{f"braid2d-{k}": (("braid", k, 0), ("coordsets/coords", f"a 2-D mesh.*: {_SUPPORTED}"))
        for k in ("uniform", "rectilinear", "structured")},
-    **{f"braid2d-{k}": (("braid", k, 0), ("topologies/mesh", f"unstructured topology \\({s} cells\\)"))
+    **{f"braid2d-{k}": (("braid", k, 0), ("topologies/mesh", f"unstructured topology \\({s} cells\\).*: {_SUPPORTED}"))
        for k, s in (("tris", "tri"), ("quads", "quad"), ("quads_poly", "polygonal"),
-                    ("mixed_2d", "mixed quad/tri"))},
-    **{f"braid2d-{k}": (("braid", k, 0), ("topologies/mesh/elements", "element stream form"))
-       for k in ("quads_and_tris", "quads_and_tris_offsets")},
-    "spiral": (("spiral", 3), ("domain_000000/coordsets/coords", "a 2-D mesh")),
-    "julia": (("julia", 20, 20, -2.0, 2.0, -2.0, 2.0, 0.285, 0.01), ("coordsets/coords", "a 2-D mesh")),
-    **{f"venn-{k}": (("venn", k, 20, 20, 0.25), ("matsets", "material sets"))
+                    ("mixed_2d", "mixed quad/tri"), ("quads_and_tris", "quad/tri"),
+                    ("quads_and_tris_offsets", "quad/tri"))},
+    "spiral": (("spiral", 3), ("domain_000000/coordsets/coords", f"a 2-D mesh.*: {_SUPPORTED}")),
+    "julia": (("julia", 20, 20, -2.0, 2.0, -2.0, 2.0, 0.285, 0.01),
+              ("coordsets/coords", f"a 2-D mesh.*: {_SUPPORTED}")),
+    **{f"venn-{k}": (("venn", k, 20, 20, 0.25), ("matsets", f"material sets.*: {_SUPPORTED}"))
        for k in ("full", "sparse_by_material", "sparse_by_element")},
 }
 
@@ -123,9 +126,9 @@ def test_conduit_examples_parse_and_draw_or_are_refused_with_their_path(conduit,
     node = example(conduit, args)
     if refused is not None:
         path, what = refused
-        with pytest.raises(MeshError, match=f"^{path}: .*{what}.*: {_SUPPORTED}"):
+        with pytest.raises(MeshError, match=f"^{path}: .*{what}"):
             parse(node)
-        with adaptors.Adaptor(contour_config(tmp_path)) as a, pytest.raises(MeshError, match=_SUPPORTED):
+        with adaptors.Adaptor(contour_config(tmp_path)) as a, pytest.raises(MeshError, match=f"{_SUPPORTED}|{_POLY}"):
             a.execute(0, 0.0, node)
         return
     (d,) = parse(node)
