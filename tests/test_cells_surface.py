@@ -90,13 +90,26 @@ def test_outer_surface_is_vtks(kind):
     np.testing.assert_allclose(area(mesh.points, s.faces), area(mesh.points, ref), rtol=1e-12)
 
 
+@pytest.mark.parametrize("kind", KINDS + ["quad", "tri"])
+def test_vectorized_path_is_the_cpu_loop(kind):
+    # the path CuPy runs, here on NumPy, against the Numba loop: the same arrays
+    mesh = plane(kind=kind) if kind in ("quad", "tri") else split(grid(), kind)
+    hidden = np.arange(mesh.n_cells) % 5 == 0
+    for h in (None, hidden):
+        a, b = outer_surface(mesh, hidden=h), outer_surface(mesh, hidden=h, _vectorized=True)
+        np.testing.assert_array_equal(a.faces, b.faces)
+        np.testing.assert_array_equal(a.cells, b.cells)
+        assert a.faces.dtype == b.faces.dtype == np.int32
+
+
 def test_inverted_cells_still_face_outward():
     mesh = split(grid(), "tet")
     t = mesh.connectivity.reshape(-1, 4)
     bad = cell_mesh(mesh.points, t[:, [0, 2, 1, 3]].ravel(), TETRA)  # every tet inside out
-    s = outer_surface(bad)
-    np.testing.assert_array_equal(canonical(s.faces), canonical(outer_surface(mesh).faces))
-    assert enclosed_volume(mesh.points, s.faces) > 0
+    for vectorized in (False, True):
+        s = outer_surface(bad, _vectorized=vectorized)
+        np.testing.assert_array_equal(canonical(s.faces), canonical(outer_surface(mesh).faces))
+        assert enclosed_volume(mesh.points, s.faces) > 0
 
 
 @pytest.mark.parametrize("kind", ["quad", "tri"])
@@ -141,7 +154,9 @@ def test_large_ids_take_the_lexsort_path():
     far = np.zeros((2**21, 3))
     pts = np.concatenate([far, mesh.points])
     big = cell_mesh(pts, mesh.connectivity + 2**21, TETRA)
-    np.testing.assert_array_equal(canonical(outer_surface(big).faces - 2**21), canonical(outer_surface(mesh).faces))
+    for vectorized in (False, True):
+        np.testing.assert_array_equal(canonical(outer_surface(big, _vectorized=vectorized).faces - 2**21),
+                                      canonical(outer_surface(mesh).faces))
 
 
 def test_empty_and_errors():

@@ -19,11 +19,14 @@ by both, which is harmless for opaque rendering).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
+import numba
 import numpy as np
 
 from insitu import arrays
+from insitu.log import watch_jit
 
 from ._mesh import CELL_DIM, HEXAHEDRON, POLYGON, PYRAMID, QUAD, TETRA, WEDGE, CellMesh
 from .fields import cell_points
@@ -41,6 +44,8 @@ QUAD_FACES: dict[int, list[list[int]]] = {
     WEDGE: [[0, 1, 4, 3], [1, 2, 5, 4], [2, 0, 3, 5]],
     PYRAMID: [[0, 3, 2, 1]],
 }
+
+watch_jit(__name__)
 
 _PACK_BITS = 21  # three point ids packed in one int64 key while they are below 2**21
 
@@ -145,7 +150,7 @@ def _boundary(xp, faces, n_points: int):
     return once
 
 
-def outer_surface(mesh: CellMesh, *, hidden=None) -> Surface:
+def outer_surface(mesh: CellMesh, *, hidden=None, _vectorized: bool = False) -> Surface:
     """The outer surface of a mesh as outward triangles (2-D cells: all of them).
 
     Parameters
@@ -171,8 +176,10 @@ def outer_surface(mesh: CellMesh, *, hidden=None) -> Surface:
                              f"{tuple(h.shape)}")
         keep = ~h
     faces3, cells3, faces2, cells2 = [], [], [], []
-    for t, ids in _groups(mesh, keep):
-        if ids.shape[0] == 0:
+    groups = _groups(mesh, keep)
+    cpu = xp is np and not _vectorized
+    for t, ids in groups:
+        if ids.shape[0] == 0 or cpu and CELL_DIM[t] == 3:
             continue
         if t == POLYGON:
             f, c = _polygon_fans(mesh, ids)
@@ -192,6 +199,12 @@ def outer_surface(mesh: CellMesh, *, hidden=None) -> Surface:
                 faces3.append(xp.concatenate([f, pad], axis=2).reshape(-1, 4))
                 cells3.append(xp.repeat(ids, f.shape[1]))
     out_f, out_c = [], []
+    present = [t for t, ids in groups if CELL_DIM[t] == 3 and ids.shape[0]]
+    if cpu and present:
+        f, c = _boundary_cpu(mesh.points.astype(np.float64, copy=False), mesh.connectivity, mesh.offsets, mesh.types,
+                             np.ones(0, bool) if keep is None else keep, np.array(present, np.int64), *_cpu_tables())
+        out_f.append(f)
+        out_c.append(c)
     if faces3:
         f4 = xp.concatenate(faces3)
         c4 = xp.concatenate(cells3)
@@ -225,7 +238,7 @@ def _outward(mesh: CellMesh, f4, cells):
     xp = mesh.xp
     if f4.shape[0] == 0:
         return f4
-    p = mesh.points
+    p = mesh.points.astype(xp.float64, copy=False)  # float64 on both paths: the same signs as the CPU loop
     tri = f4[:, 3] < 0
     d = xp.where(tri, f4[:, 0], f4[:, 3])  # a triangle's 4th corner: its first again
     a, b, c, e = p[f4[:, 0]], p[f4[:, 1]], p[f4[:, 2]], p[d]
@@ -241,9 +254,179 @@ def _cell_centres(mesh: CellMesh, cells):
     xp = mesh.xp
     start = mesh.offsets[cells]
     size = mesh.offsets[cells + 1] - start
-    acc = xp.zeros((cells.shape[0], 3), mesh.points.dtype)
+    acc = xp.zeros((cells.shape[0], 3), xp.float64)
     for j in range(8):  # the 3-D linear cells have at most 8 points
         use = j < size
         idx = mesh.connectivity[xp.where(use, start + j, start)]
-        acc += xp.where(use[:, None], mesh.points[idx], 0)
+        acc += xp.where(use[:, None], mesh.points[idx].astype(xp.float64), 0.0)
     return acc / size[:, None]
+
+
+# --------------------------------------------------------------------------- CPU (Numba)
+# The same surface, faces matched by buckets of their smallest point id (as VTK does)
+# instead of a sort, and emitted in the vectorized path's order: all boundary triangles
+# (type after type, cell after cell), then all boundary quads cut in two.
+
+
+@functools.cache
+def _cpu_tables():
+    """Face tables by type code: triangles (16, 4, 3), quads (16, 6, 4), and their counts."""
+    tri, quad = np.zeros((16, 4, 3), np.int64), np.zeros((16, 6, 4), np.int64)
+    ntri, nquad = np.zeros(16, np.int64), np.zeros(16, np.int64)
+    for t, fs in TRI_FACES.items():
+        tri[t, :len(fs)] = fs
+        ntri[t] = len(fs)
+    for t, fs in QUAD_FACES.items():
+        quad[t, :len(fs)] = fs
+        nquad[t] = len(fs)
+    return tri, quad, ntri, nquad
+
+
+@numba.njit(cache=True, inline="always")
+def _face_ids(conn, offsets, tri, quad, ntri, types, code, key):
+    """The point ids of face `code` (cell * 16 + face; faces >= 8 are quads) into key[:4],
+    sorted (a triangle's 4th: -1, first); returns the number of ids."""
+    c, f = code // 16, code % 16
+    st = offsets[c]
+    t = types[c]
+    if f < 8:
+        for j in range(3):
+            key[j] = conn[st + tri[t, f, j]]
+        key[3] = -1
+        m = 3
+    else:
+        for j in range(4):
+            key[j] = conn[st + quad[t, f - 8, j]]
+        m = 4
+    for i in range(1, 4):  # insertion sort of 4
+        v = key[i]
+        j = i - 1
+        while j >= 0 and key[j] > v:
+            key[j + 1] = key[j]
+            j -= 1
+        key[j + 1] = v
+    return m
+
+
+@numba.njit(cache=True)
+def _boundary_cpu(points, conn, offsets, types, keep, present, tri, quad, ntri, nquad):
+    ncells = types.shape[0]
+    npts = points.shape[0]
+    use_keep = keep.shape[0] > 0
+    key = np.empty(4, np.int64)
+    other = np.empty(4, np.int64)
+    # faces in buckets by their smallest id
+    count = np.zeros(npts + 1, np.int64)
+    for c in range(ncells):
+        t = types[c]
+        if (ntri[t] == 0 and nquad[t] == 0) or (use_keep and not keep[c]):
+            continue
+        for f in range(ntri[t]):
+            _face_ids(conn, offsets, tri, quad, ntri, types, c * 16 + f, key)
+            count[key[1] + 1] += 1  # key[0] is the -1 pad
+        for f in range(nquad[t]):
+            _face_ids(conn, offsets, tri, quad, ntri, types, c * 16 + 8 + f, key)
+            count[key[0] + 1] += 1
+    for i in range(npts):
+        count[i + 1] += count[i]
+    fill = count[:-1].copy()
+    codes = np.empty(count[npts], np.int64)
+    for c in range(ncells):
+        t = types[c]
+        if (ntri[t] == 0 and nquad[t] == 0) or (use_keep and not keep[c]):
+            continue
+        for f in range(ntri[t]):
+            _face_ids(conn, offsets, tri, quad, ntri, types, c * 16 + f, key)
+            codes[fill[key[1]]] = c * 16 + f
+            fill[key[1]] += 1
+        for f in range(nquad[t]):
+            _face_ids(conn, offsets, tri, quad, ntri, types, c * 16 + 8 + f, key)
+            codes[fill[key[0]]] = c * 16 + 8 + f
+            fill[key[0]] += 1
+    shared = np.zeros(ncells * 16, np.bool_)
+    for b in range(npts):
+        for i in range(count[b], count[b + 1]):
+            if shared[codes[i]]:
+                continue
+            _face_ids(conn, offsets, tri, quad, ntri, types, codes[i], key)
+            for j in range(i + 1, count[b + 1]):
+                _face_ids(conn, offsets, tri, quad, ntri, types, codes[j], other)
+                if key[0] == other[0] and key[1] == other[1] and key[2] == other[2] and key[3] == other[3]:
+                    shared[codes[i]] = True
+                    shared[codes[j]] = True
+    # emit: triangles, then quads (two triangles each)
+    n = 0
+    for c in range(ncells):
+        t = types[c]
+        if use_keep and not keep[c]:
+            continue
+        for f in range(ntri[t]):
+            n += not shared[c * 16 + f]
+        for f in range(nquad[t]):
+            n += 2 * (not shared[c * 16 + 8 + f])
+    faces = np.empty((n, 3), np.int64)
+    cells = np.empty(n, np.int64)
+    q = np.empty(4, np.int64)
+    w = 0
+    for kind in range(2):
+        for t in present:
+            for c in range(ncells):
+                if types[c] != t or (use_keep and not keep[c]):
+                    continue
+                st = offsets[c]
+                k = offsets[c + 1] - st
+                cx, cy, cz = 0.0, 0.0, 0.0
+                for j in range(k):
+                    cx += points[conn[st + j], 0]
+                    cy += points[conn[st + j], 1]
+                    cz += points[conn[st + j], 2]
+                cx, cy, cz = cx / k, cy / k, cz / k
+                nf = ntri[t] if kind == 0 else nquad[t]
+                for f in range(nf):
+                    if shared[c * 16 + f + 8 * kind]:
+                        continue
+                    if kind == 0:
+                        q[0], q[1], q[2] = conn[st + tri[t, f, 0]], conn[st + tri[t, f, 1]], conn[st + tri[t, f, 2]]
+                        q[3] = q[0]
+                    else:
+                        for j in range(4):
+                            q[j] = conn[st + quad[t, f, j]]
+                    if _inward(points, q, cx, cy, cz):
+                        if kind == 0:
+                            q[1], q[2] = q[2], q[1]
+                        else:
+                            q[1], q[3] = q[3], q[1]
+                    if kind == 0:
+                        faces[w, 0], faces[w, 1], faces[w, 2] = q[0], q[1], q[2]
+                        cells[w] = c
+                        w += 1
+                        continue
+                    m = 0
+                    for j in range(1, 4):
+                        if q[j] < q[m]:
+                            m = j
+                    if m % 2 == 0:
+                        faces[w, 0], faces[w, 1], faces[w, 2] = q[0], q[1], q[2]
+                        faces[w + 1, 0], faces[w + 1, 1], faces[w + 1, 2] = q[0], q[2], q[3]
+                    else:
+                        faces[w, 0], faces[w, 1], faces[w, 2] = q[1], q[2], q[3]
+                        faces[w + 1, 0], faces[w + 1, 1], faces[w + 1, 2] = q[1], q[3], q[0]
+                    cells[w] = c
+                    cells[w + 1] = c
+                    w += 2
+    return faces, cells
+
+
+@numba.njit(cache=True, inline="always")
+def _inward(points, q, cx, cy, cz):
+    """Whether face q (a triangle: q[3] == q[0]) faces towards the centre (cx, cy, cz); the
+    vectorized path's arithmetic (see _outward)."""
+    ax, ay, az = points[q[0], 0], points[q[0], 1], points[q[0], 2]
+    bx, by, bz = points[q[1], 0], points[q[1], 1], points[q[1], 2]
+    gx, gy, gz = points[q[2], 0], points[q[2], 1], points[q[2], 2]
+    ex, ey, ez = points[q[3], 0], points[q[3], 1], points[q[3], 2]
+    ux, uy, uz = gx - ax, gy - ay, gz - az
+    vx, vy, vz = ex - bx, ey - by, ez - bz
+    nx, ny, nz = uy * vz - uz * vy, uz * vx - ux * vz, ux * vy - uy * vx
+    fx, fy, fz = (ax + bx + gx + ex) / 4 - cx, (ay + by + gy + ey) / 4 - cy, (az + bz + gz + ez) / 4 - cz
+    return nx * fx + ny * fy + nz * fz < 0
