@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping
+
+import numpy as np
 
 from insitu import arrays
 
@@ -62,6 +65,12 @@ def threshold(mesh: CellMesh, values, lo: float, hi: float, *, association: str 
     xp = mesh.xp
     conn, off = mesh.connectivity, mesh.offsets
     inr = (v >= lo) & (v <= hi)
+    if xp is np:
+        if nan_flag(v):
+            raise ValueError("values: contains NaN")
+        cidx, pidx, oconn, noff = _cpu()(conn, off, inr, association == "element", all_points, mesh.n_points)
+        out = CellMesh(mesh.points[pidx], oconn, noff, mesh.types[cidx])
+        return Clipped(out, {k: f[pidx] for k, f in pf.items()}, {k: f[cidx] for k, f in cf.items()}, cidx)
     size = off[1:] - off[:-1]
     if association == "element":
         keep = inr
@@ -89,3 +98,56 @@ def threshold(mesh: CellMesh, values, lo: float, hi: float, *, association: str 
     noff = xp.concatenate([xp.zeros(1, xp.int64), xp.cumsum(size[cidx])])
     out = CellMesh(mesh.points[pidx], renum[conn[sidx]], noff, mesh.types[cidx])
     return Clipped(out, {k: f[pidx] for k, f in pf.items()}, {k: f[cidx] for k, f in cf.items()}, cidx)
+
+
+@functools.cache
+def _cpu():
+    """The host path in two Numba passes (built on first use, cached on disk)."""
+    import numba
+
+    @numba.njit(cache=True, nogil=True)
+    def run(conn, off, inr, element, all_points, npts):
+        nc = off.shape[0] - 1
+        keep = np.empty(nc, np.bool_)
+        used = np.zeros(npts, np.bool_)
+        nkeep = nconn = 0
+        for c in range(nc):
+            a, b = off[c], off[c + 1]
+            if element:
+                k = inr[c]
+            else:
+                m = 0
+                for j in range(a, b):
+                    m += inr[conn[j]]
+                k = m == b - a if all_points else m > 0
+            keep[c] = k
+            if k:
+                nkeep += 1
+                nconn += b - a
+                for j in range(a, b):
+                    used[conn[j]] = True
+        renum = np.empty(npts, np.int64)
+        nused = 0
+        for p in range(npts):
+            renum[p] = nused
+            nused += used[p]
+        pidx = np.empty(nused, np.int64)
+        for p in range(npts):
+            if used[p]:
+                pidx[renum[p]] = p
+        cidx = np.empty(nkeep, np.int64)
+        oconn = np.empty(nconn, np.int64)
+        noff = np.empty(nkeep + 1, np.int64)
+        noff[0] = 0
+        i = at = 0
+        for c in range(nc):
+            if keep[c]:
+                cidx[i] = c
+                for j in range(off[c], off[c + 1]):
+                    oconn[at] = renum[conn[j]]
+                    at += 1
+                i += 1
+                noff[i] = at
+        return cidx, pidx, oconn, noff
+
+    return run
