@@ -379,9 +379,9 @@ def _cpu():
             a, b, c, d = o[i, 0], o[i, 1], o[i, 2], o[i, 3]
             e = np.empty((3, 3))  # in float64, as the device path
             for k in range(3):
-                e[0, k] = pts[b, k] - pts[a, k]
-                e[1, k] = pts[c, k] - pts[a, k]
-                e[2, k] = pts[d, k] - pts[a, k]
+                e[0, k] = np.float64(pts[b, k]) - np.float64(pts[a, k])
+                e[1, k] = np.float64(pts[c, k]) - np.float64(pts[a, k])
+                e[2, k] = np.float64(pts[d, k]) - np.float64(pts[a, k])
             # cross(e0, e1) . e2 in NumPy's order of operations: the same signs as the device path
             c0 = e[0, 1] * e[1, 2] - e[0, 2] * e[1, 1]
             c1 = e[0, 2] * e[1, 0] - e[0, 0] * e[1, 2]
