@@ -33,37 +33,36 @@ def count(conn, offsets, types, values, levels, base, nvert, nface, chunk, code,
     nlev = levels.shape[0]
     nchunks = tot_v.shape[1]
     for k in numba.prange(nchunks):
-        v = np.empty(8, np.float64)
-        tv = np.zeros(nlev, np.int64)
-        tf = np.zeros(nlev, np.int64)
-        fl = 0
-        for c in range(k * chunk, min((k + 1) * chunk, ncells)):
-            t = types[c]
-            fl |= 1 << t
-            b = base[t]
-            if b < 0:
-                for lv in range(nlev):
-                    code[lv, c] = 0
-                continue
-            o = offsets[c]
-            n = offsets[c + 1] - o
-            for i in range(n):
-                x = values[conn[o + i]]
-                v[i] = x
-                if x != x:
-                    fl |= NAN_BIT
-            for lv in range(nlev):
-                lev = levels[lv]
-                m = 0
-                for i in range(n):
-                    if v[i] >= lev:
-                        m |= 1 << i
-                code[lv, c] = m
-                tv[lv] += nvert[b + m]
-                tf[lv] += nface[b + m]
+        seen = np.zeros(16, np.uint8)
+        nan = False
+        # levels outside: a level's loop over the chunk's cells stays simple (a second
+        # level reads the chunk's values again, from cache)
         for lv in range(nlev):
-            tot_v[lv, k] = tv[lv]
-            tot_f[lv, k] = tf[lv]
+            lev = levels[lv]
+            tv = 0
+            tf = 0
+            for c in range(k * chunk, min((k + 1) * chunk, ncells)):
+                t = types[c]
+                seen[t & 15] = 1
+                b = base[t & 15]
+                if b < 0:
+                    code[lv, c] = 0
+                    continue
+                o = offsets[c]
+                m = 0
+                for i in range(offsets[c + 1] - o):
+                    x = values[conn[o + i]]
+                    m |= np.int64(x >= lev) << i
+                    nan |= x != x
+                code[lv, c] = m
+                tv += nvert[b + m]
+                tf += nface[b + m]
+            tot_v[lv, k] = tv
+            tot_f[lv, k] = tf
+        fl = NAN_BIT if nan else 0
+        for i in range(16):
+            if seen[i]:
+                fl |= 1 << i
         flags[k] = fl
 
 
@@ -102,31 +101,53 @@ def emit(conn, offsets, types, code, base, nvert, nface, slots, ftab, chunk, vof
 
 
 @numba.njit(cache=True)
-def _mark(sorted_keys, order, remap, first):
-    """Number the distinct keys of a sorted run in order; ``remap[order[i]]`` the number of
-    slot ``order[i]``; returns how many, ``first[:n]`` their keys."""
+def _weld_level(keys, npoints, remap, ukeys):
+    """Number the distinct keys of one level in increasing order: ``remap[i]`` the number
+    of slot i, ``ukeys[:n]`` the keys; returns n. A counting sort by the edge's lower
+    point, then each point's few slots sorted by the other end."""
+    m = keys.shape[0]
+    start = np.zeros(npoints + 1, np.int64)
+    for i in range(m):
+        start[keys[i] // npoints + 1] += 1
+    for a in range(npoints):
+        start[a + 1] += start[a]
+    pos = start[:-1].copy()
+    order = np.empty(m, np.int64)
+    for i in range(m):
+        a = keys[i] // npoints
+        order[pos[a]] = i
+        pos[a] += 1
     n = 0
-    for i in range(sorted_keys.shape[0]):
-        if i == 0 or sorted_keys[i] != sorted_keys[i - 1]:
-            first[n] = sorted_keys[i]
-            n += 1
-        remap[order[i]] = n - 1
+    for a in range(npoints):
+        s, e = start[a], start[a + 1]
+        for i in range(s + 1, e):  # insertion sort: a point has a few dozen slots at most
+            x = order[i]
+            kx = keys[x]
+            j = i - 1
+            while j >= s and keys[order[j]] > kx:
+                order[j + 1] = order[j]
+                j -= 1
+            order[j + 1] = x
+        for i in range(s, e):
+            kx = keys[order[i]]
+            if i == s or kx != keys[order[i - 1]]:
+                ukeys[n] = kx
+                n += 1
+            remap[order[i]] = n - 1
     return n
 
 
-def weld(keys, vends):
-    """Per level (slots ``vends[l-1]:vends[l]``), sort the slot keys and merge equal ones.
+def weld(keys, vends, npoints):
+    """Per level (slots ``vends[l-1]:vends[l]``), merge the slots of equal keys.
 
-    Returns (remap (slots,) int64: slot -> vertex, unique keys (vertices,) int64, the
-    levels' vertex ends)."""
+    Returns (remap (slots,) int64: slot -> vertex, unique keys (vertices,) int64 in
+    increasing order per level, the levels' vertex ends)."""
     remap = np.empty(keys.shape[0], np.int64)
     ukeys = np.empty(keys.shape[0], np.int64)
     ends = []
     start = total = 0
     for end in vends:
-        seg = keys[start:end]
-        order = np.argsort(seg)
-        n = _mark(seg[order], order, remap[start:end], ukeys[total:])
+        n = _weld_level(keys[start:end], npoints, remap[start:end], ukeys[total:])
         remap[start:end] += total
         total += n
         ends.append(total)

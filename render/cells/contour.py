@@ -169,7 +169,7 @@ def _contour_host(pts, conn, offsets, types, vals, lv, col):
               (vinc - tot_v.ravel()).reshape(nlev, nchunks), (finc - tot_f.ravel()).reshape(nlev, nchunks),
               npts, keys, faces, cells)
     vends = [int(x) for x in vinc[nchunks - 1::nchunks]] if nchunks else [0] * nlev
-    remap, ukeys, ends = _cpu.weld(keys, vends)
+    remap, ukeys, ends = _cpu.weld(keys, vends, npts)
     _cpu.remap_faces(faces, remap)
     verts = np.empty((ukeys.shape[0], 3), pts.dtype)
     cout = np.empty(ukeys.shape[0], col.dtype) if col is not None else None

@@ -1,0 +1,320 @@
+"""CUDA kernels of the cell contour: the algorithm and numbering of _contour_cpu.py.
+
+A thread per cell, blocks of 256 consecutive cells standing for the CPU's chunks. Per
+level: cc_count reads the cell's corner values once, writes its case and adds up the
+block's crossed edges and faces; CuPy's cumsum scans the block totals; after one read of
+the totals (to size the outputs) cc_emit scans the block's counts again from the cases
+(one byte a cell) and lets the crossed cells write their edge keys, faces (slot numbers)
+and cell ids. The weld sorts each level's keys (cupy.argsort), marks the first of each
+run (cc_first), numbers them (cumsum) and cc_vertex interpolates each vertex once and
+maps every slot to its vertex; a second read fetches the vertex counts.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from insitu import arrays
+from insitu.log import compiling, cupy_cache_dir, get_logger
+
+from ._contour_tables import MAX_FACES, MAX_SLOTS, TABLES
+
+_log = get_logger(__name__)
+
+_BLOCK = 256
+_CTYPE = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long", np.dtype(np.float32): "float",
+          np.dtype(np.float64): "double"}
+
+_SOURCE = r"""
+#define BLOCK %(block)d
+#define MAX_SLOTS %(max_slots)d
+#define MAX_FACES %(max_faces)d
+#define NAN_BIT (1u << 16)
+#define FULL 0xFFFFFFFFu
+
+// The sum over the block of x (every thread gets it); `sh`: BLOCK / 32 ints.
+__device__ __forceinline__ int block_sum(int x, int* sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    x = __reduce_add_sync(FULL, x);
+    __syncthreads();  // sh free (an earlier call may still read it)
+    if (lane == 0) sh[warp] = x;
+    __syncthreads();
+    int s = 0;
+    #pragma unroll
+    for (int w = 0; w < BLOCK / 32; ++w) s += sh[w];
+    return s;
+}
+
+// Exclusive scan of x over the block, in thread order; `sh`: BLOCK / 32 ints.
+__device__ __forceinline__ int block_exclusive(int x, int* sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int inc = x;
+    #pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const int y = __shfl_up_sync(FULL, inc, d);
+        if (lane >= d) inc += y;
+    }
+    __syncthreads();
+    if (lane == 31) sh[warp] = inc;
+    __syncthreads();
+    int before = 0;
+    #pragma unroll
+    for (int w = 0; w < BLOCK / 32; ++w) before += w < warp ? sh[w] : 0;
+    return before + inc - x;
+}
+
+struct Cells {  // the mesh's CSR arrays and their strides (elements)
+    const ID* conn; long long cs;
+    const long long* off; long long os;
+    const unsigned char* types; long long ts;
+    long long n;
+};
+
+// Pass 1 for one level: code[c] the case of cell c, tot_v/tot_f[blockIdx.x] the block's
+// crossed edges and faces, flags |= 1 << type of the types met, NAN_BIT for a NaN corner.
+extern "C" __global__ void cc_count(const Cells m, const VAL* __restrict__ values, const long long vs,
+                                    const double level, const int* __restrict__ base,
+                                    const unsigned char* __restrict__ nvert, const unsigned char* __restrict__ nface,
+                                    unsigned char* __restrict__ code, int* __restrict__ tot_v,
+                                    int* __restrict__ tot_f, unsigned int* __restrict__ flags) {
+    __shared__ int sh[BLOCK / 32];
+    const long long c = (long long)blockIdx.x * BLOCK + threadIdx.x;
+    unsigned int fl = 0;
+    int nv = 0, nf = 0;
+    if (c < m.n) {
+        const int t = m.types[c * m.ts] & 15;
+        fl = 1u << t;
+        const int b = base[t];
+        int mask = 0;
+        if (b >= 0) {
+            const long long o = m.off[c * m.os];
+            const int n = (int)(m.off[(c + 1) * m.os] - o);
+            #pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                if (i < n) {
+                    const double x = (double)values[(long long)m.conn[(o + i) * m.cs] * vs];
+                    mask |= (x >= level) << i;
+                    if (x != x) fl |= NAN_BIT;
+                }
+            }
+            nv = nvert[b + mask];
+            nf = nface[b + mask];
+        }
+        code[c] = (unsigned char)mask;
+    }
+    fl = __reduce_or_sync(FULL, fl);
+    if ((threadIdx.x & 31) == 0 && fl) atomicOr(flags, fl);
+    // both counts in one sum: a block has at most 256 x 12 crossed edges and 256 x 5 faces
+    const int s = block_sum((nv << 16) | nf, sh);
+    if (threadIdx.x == 0) {
+        tot_v[blockIdx.x] = s >> 16;
+        tot_f[blockIdx.x] = s & 0xFFFF;
+    }
+}
+
+// Pass 2 for one level: every crossed cell writes its slots' keys (lo * npoints + hi),
+// its faces (slot numbers) and their cell, from the block's first slot and face
+// (inc - tot: the scan of cc_count's totals) and the block's scan of its cells' counts.
+extern "C" __global__ void cc_emit(const Cells m, const unsigned char* __restrict__ code, const int* __restrict__ base,
+                                   const unsigned char* __restrict__ nvert, const unsigned char* __restrict__ nface,
+                                   const unsigned char* __restrict__ slots, const unsigned char* __restrict__ ftab,
+                                   const int* __restrict__ tot_v, const int* __restrict__ tot_f,
+                                   const long long* __restrict__ inc_v, const long long* __restrict__ inc_f,
+                                   const long long npoints, const int ncol, long long* __restrict__ keys,
+                                   int* __restrict__ faces, long long* __restrict__ cells) {
+    __shared__ int sh[BLOCK / 32];
+    const long long c = (long long)blockIdx.x * BLOCK + threadIdx.x;
+    int cs = 0, nv = 0, nf = 0;
+    if (c < m.n) {
+        const int b = base[m.types[c * m.ts] & 15];
+        if (b >= 0) {
+            cs = b + code[c];
+            nv = nvert[cs];
+            nf = nface[cs];
+        }
+    }
+    const int s = block_exclusive((nv << 16) | nf, sh);
+    if (nv == 0) return;
+    const long long v0 = inc_v[blockIdx.x] - tot_v[blockIdx.x] + (s >> 16);
+    const long long f0 = inc_f[blockIdx.x] - tot_f[blockIdx.x] + (s & 0xFFFF);
+    const long long o = m.off[c * m.os];
+    for (int k = 0; k < nv; ++k) {
+        const long long p = (long long)m.conn[(o + slots[(cs * MAX_SLOTS + k) * 2]) * m.cs];
+        const long long q = (long long)m.conn[(o + slots[(cs * MAX_SLOTS + k) * 2 + 1]) * m.cs];
+        keys[v0 + k] = p < q ? p * npoints + q : q * npoints + p;
+    }
+    for (int f = 0; f < nf; ++f) {
+        for (int j = 0; j < ncol; ++j) faces[(f0 + f) * ncol + j] = (int)(v0 + ftab[(cs * MAX_FACES + f) * 3 + j]);
+        cells[f0 + f] = c;
+    }
+}
+
+// first[i]: whether sorted key i starts a run of equal keys.
+extern "C" __global__ void cc_first(const long long* __restrict__ sk, const long long n, int* __restrict__ first) {
+    const long long i = (long long)blockIdx.x * BLOCK + threadIdx.x;
+    if (i < n) first[i] = i == 0 || sk[i] != sk[i - 1];
+}
+
+// Per sorted slot i: remap[order[i]] its vertex (ids[i] - 1, within the level); the
+// first slot of a run interpolates the vertex from the edge's lower point id, and its
+// colour (flags |= 1 for a NaN colour at either end).
+extern "C" __global__ void cc_vertex(const long long* __restrict__ sk, const long long* __restrict__ order,
+                                     const int* __restrict__ first, const int* __restrict__ ids, const long long n,
+                                     const long long npoints, const double level, const VAL* __restrict__ values,
+                                     const long long vs, const PT* __restrict__ points, const long long ps0,
+                                     const long long ps1, const int has_color, const COL* __restrict__ color,
+                                     const long long colstride,
+                                     int* __restrict__ remap, PT* __restrict__ verts, COL* __restrict__ vcol,
+                                     unsigned int* __restrict__ flags) {
+    const long long i = (long long)blockIdx.x * BLOCK + threadIdx.x;
+    if (i >= n) return;
+    const int id = ids[i] - 1;
+    remap[order[i]] = id;
+    if (!first[i]) return;
+    const long long key = sk[i];
+    const long long a = key / npoints, b = key - a * npoints;
+    const double va = (double)values[a * vs];
+    const double t = (level - va) / ((double)values[b * vs] - va);
+    #pragma unroll
+    for (int d = 0; d < 3; ++d) {
+        const double pa = (double)points[a * ps0 + d * ps1];
+        verts[(long long)id * 3 + d] = (PT)(pa + t * ((double)points[b * ps0 + d * ps1] - pa));
+    }
+    if (has_color) {
+        const double ca = (double)color[a * colstride], cb = (double)color[b * colstride];
+        vcol[id] = (COL)(ca + t * (cb - ca));
+        if (ca != ca || cb != cb) atomicOr(flags, 1u);
+    }
+}
+"""
+
+
+@functools.cache
+def _module(id_t: str, val_t: str, pt_t: str, col_t: str):
+    """The kernels for one combination of id, value, point and colour types."""
+    import cupy
+
+    defs = f"#define ID {id_t}\n#define VAL {val_t}\n#define PT {pt_t}\n#define COL {col_t}\n"
+    src = defs + _SOURCE % {"block": _BLOCK, "max_slots": MAX_SLOTS, "max_faces": MAX_FACES}
+    compiling(_log, f"the cell contour kernels (cc_*) for ids {id_t}, values {val_t}, points {pt_t}, colour {col_t}",
+              cupy_cache_dir())
+    # no fused multiply-adds: the vertices come out bit for bit as on the CPU
+    return cupy.RawModule(code=src, options=("-std=c++14", "--fmad=false"))
+
+
+_tables_on: dict[int, tuple] = {}  # device -> tables
+
+
+def _tables(device: int) -> tuple:
+    """base, nvert, nface, slots, faces on `device`, uploaded once (counted transfers)."""
+    if device not in _tables_on:
+        _tables_on[device] = tuple(arrays.to_device(np.ascontiguousarray(TABLES[k]))
+                                   for k in ("base", "nvert", "nface", "slots", "faces"))
+    return _tables_on[device]
+
+
+def _stride(a, name: str) -> list[int]:
+    item = a.dtype.itemsize
+    if any(s % item for s in a.strides):
+        raise ValueError(f"{name}: strides {a.strides} are not multiples of the item size {item}")
+    return [s // item for s in a.strides]
+
+
+def _cells_record(conn, offsets, types):
+    rec = np.dtype([("conn", "u8"), ("cs", "i8"), ("off", "u8"), ("os", "i8"), ("types", "u8"), ("ts", "i8"),
+                    ("n", "i8")], align=True)
+    r = np.zeros((), rec)
+    r["conn"], r["cs"] = conn.data.ptr, _stride(conn, "connectivity")[0]
+    r["off"], r["os"] = offsets.data.ptr, _stride(offsets, "offsets")[0]
+    r["types"], r["ts"] = types.data.ptr, _stride(types, "types")[0]
+    r["n"] = types.shape[0]
+    return r[()]
+
+
+def contour(pts, conn, offsets, types, vals, levels, col, check_flags):
+    """(vertices, faces, colour or None, cells) on the device; see contour.contour."""
+    import cupy
+
+    xp = cupy
+    if offsets.dtype != np.int64:
+        offsets = offsets.astype(np.int64)
+    if types.dtype != np.uint8:
+        types = types.astype(np.uint8)
+    ncells, npts, nlev = int(types.shape[0]), int(pts.shape[0]), len(levels)
+    cdt = col.dtype if col is not None else pts.dtype
+    if ncells == 0:
+        return (xp.zeros((0, 3), pts.dtype), xp.zeros((0, 3), xp.int32),
+                None if col is None else xp.zeros(0, cdt), xp.zeros(0, xp.int64))
+    mod = _module(_CTYPE[conn.dtype], _CTYPE[vals.dtype], _CTYPE[pts.dtype], _CTYPE[np.dtype(cdt)])
+    base, nvert, nface, slots, ftab = _tables(pts.device.id)
+    cells_rec = _cells_record(conn, offsets, types)
+    vs = np.int64(_stride(vals, "values")[0])
+    nb = -(-ncells // _BLOCK)
+    code = xp.empty((nlev, ncells), xp.uint8)
+    tot = xp.empty((2, nlev, nb), xp.int32)
+    flags = xp.zeros(2, xp.uint32)  # pass 1's, the colour's
+    count = mod.get_function("cc_count")
+    for n, lev in enumerate(levels):
+        count((nb,), (_BLOCK,), (cells_rec, vals, vs, np.float64(lev), base, nvert, nface, code[n], tot[0, n],
+                                 tot[1, n], flags))
+    inc = xp.cumsum(tot.reshape(2, nlev * nb), axis=1, dtype=xp.int64)
+    fl, *ends = arrays.scalars_to_host(
+        xp.concatenate([flags[:1].astype(xp.int64), inc[0, nb - 1::nb], inc[1, nb - 1::nb]]), limit=1 + 2 * nlev)
+    dim = check_flags(int(fl))
+    vends, fends = ends[:nlev], ends[nlev:]
+    nslots, nf = vends[-1], fends[-1]
+    if max(nslots, nf) > 2**31 - 1:
+        raise ValueError(f"mesh: the contour has {nslots} edge crossings and {nf} faces, more than int32 indices hold")
+    keys = xp.empty(nslots, xp.int64)
+    faces = xp.empty((nf, dim), xp.int32)
+    cells = xp.empty(nf, xp.int64)
+    emit = mod.get_function("cc_emit")
+    for n in range(nlev):
+        emit((nb,), (_BLOCK,), (cells_rec, code[n], base, nvert, nface, slots, ftab, tot[0, n], tot[1, n],
+                                inc[0, n * nb:], inc[1, n * nb:], np.int64(npts), np.int32(dim), keys, faces, cells))
+    # weld, level by level
+    verts_all = xp.empty((nslots, 3), pts.dtype)
+    vcol_all = xp.empty(nslots, cdt) if col is not None else None
+    remap = xp.empty(nslots, xp.int32)
+    nunique = xp.zeros(nlev, xp.int64)
+    ps = np.asarray(_stride(pts, "points"), np.int64)
+    cstride = np.int64(_stride(col, "color")[0]) if col is not None else np.int64(0)
+    first_k, vertex_k = mod.get_function("cc_first"), mod.get_function("cc_vertex")
+    start = 0
+    for n, end in enumerate(vends):
+        m = end - start
+        if m:
+            seg = keys[start:end]
+            order = xp.argsort(seg)
+            sk = seg[order]
+            first = xp.empty(m, xp.int32)
+            grid = (-(-m // _BLOCK),)
+            first_k(grid, (_BLOCK,), (sk, np.int64(m), first))
+            ids = xp.cumsum(first, dtype=xp.int32)
+            vertex_k(grid, (_BLOCK,), (sk, order, first, ids, np.int64(m), np.int64(npts), np.float64(levels[n]),
+                                       vals, vs, pts, ps[0], ps[1], np.int32(col is not None),
+                                       col if col is not None else pts, cstride, remap[start:end],
+                                       verts_all[start:end], vcol_all[start:end] if col is not None else verts_all,
+                                       flags[1:]))
+            nunique[n] = ids[m - 1]
+        start = end
+    *counts, bad = arrays.scalars_to_host(xp.concatenate([nunique, flags[1:].astype(xp.int64)]), limit=1 + nlev)
+    if bad:
+        raise ValueError("color: NaN at an end of a crossed edge")
+    # vertices: each level's run of its slots' region; faces: slot -> vertex
+    vstarts = [0] + vends[:-1]
+    fstarts = [0] + fends[:-1]
+    vbase = np.cumsum([0] + counts[:-1])
+    if nlev == 1:
+        verts = verts_all[:counts[0]]
+        vcol = vcol_all[:counts[0]] if col is not None else None
+        faces = remap[faces]
+    else:
+        verts = xp.concatenate([verts_all[s:s + k] for s, k in zip(vstarts, counts)])
+        vcol = xp.concatenate([vcol_all[s:s + k] for s, k in zip(vstarts, counts)]) if col is not None else None
+        for n in range(nlev):
+            f = faces[fstarts[n]:fends[n]]
+            f[...] = remap[f] + np.int32(vbase[n])
+    return verts, faces, vcol, cells
