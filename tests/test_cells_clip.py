@@ -360,3 +360,26 @@ def test_bad_input():
     with pytest.raises(ValueError, match="cannot split"):
         clip(poly, np.array([0.0, 1.0, 2.0]), 0.5)
     assert clip(poly, np.array([0.0, 1.0, 2.0]), 5.0).mesh.n_cells == 1  # whole: passed through
+
+
+@pytest.mark.parametrize("name", [*MESHES, "quads", "tris"])
+def test_numba_path_equals_whole_array_path(name, monkeypatch):
+    """The host's Numba kernels give the mesh the whole-array path (the one CuPy runs) gives:
+    same cells in the same order, same points."""
+    import render.cells.clip as clip_module
+
+    m = {**MESHES, "quads": quads, "tris": tris}[name]()
+    s = smooth(m.points)
+    pf, cf = {"s": s}, {"c": np.arange(m.n_cells)}
+    runs = []
+    for flag in (True, False):
+        monkeypatch.setattr(clip_module, "use_numba", flag)
+        runs.append([clip(m, s, v, keep=k, point_fields=pf, cell_fields=cf)
+                     for v, k in ((0.1, "below"), (-0.3, "above"), (-5.0, "below"), (5.0, "below"))])
+    for a, b in zip(*runs):
+        for attr in ("connectivity", "offsets", "types"):
+            np.testing.assert_array_equal(getattr(a.mesh, attr), getattr(b.mesh, attr), err_msg=attr)
+        np.testing.assert_array_equal(a.cells, b.cells)
+        np.testing.assert_array_equal(a.mesh.points, b.mesh.points)
+        np.testing.assert_array_equal(a.point_fields["s"], b.point_fields["s"])
+        np.testing.assert_array_equal(a.cell_fields["c"], b.cell_fields["c"])

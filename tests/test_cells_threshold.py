@@ -91,3 +91,20 @@ def test_nothing_kept_and_bad_input():
         threshold(m, v, 1, 0)
     with pytest.raises(ValueError, match=r"point_fields\['p'\]"):
         threshold(m, v, 0, 1, point_fields={"p": v[:-1]})
+
+
+@pytest.mark.parametrize("name", list(MESHES))
+def test_numba_path_equals_whole_array_path(name, monkeypatch):
+    import render.cells.threshold as threshold_module
+
+    m = MESHES[name]()
+    v = smooth(m.points)
+    runs = []
+    for flag in (True, False):
+        monkeypatch.setattr(threshold_module, "use_numba", flag)
+        runs.append([threshold(m, v, -0.4, 0.3, all_points=a) for a in (True, False)]
+                    + [threshold(m, np.arange(m.n_cells) % 3.0, 1, 1, association="element")])
+    for a, b in zip(*runs):
+        for attr in ("points", "connectivity", "offsets", "types"):
+            np.testing.assert_array_equal(getattr(a.mesh, attr), getattr(b.mesh, attr), err_msg=attr)
+        np.testing.assert_array_equal(a.cells, b.cells)

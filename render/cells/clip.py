@@ -200,7 +200,8 @@ def _clip(mesh: CellMesh, s, value: float, inside, pf: dict, cf: dict) -> Clippe
                          xp.zeros(0, xp.int64), xp.zeros(0, xp.float64), xp.zeros(0, xp.int64),
                          xp.zeros(0, xp.int64), xp.zeros(1, xp.int64), xp.zeros(0, xp.uint8), pf, cf)
     tab = _clip_tables(arrays.device_id(s))
-    if xp is np:  # one pass over the cells (Numba) instead of a dozen whole-array ones
+    numba_path = xp is np and use_numba
+    if numba_path:  # one pass over the cells (Numba) instead of a dozen whole-array ones
         h = _host_clip_tables()
         whole, cut3, cut2, used, counts = _cpu().classify(conn, off, inside, mesh.types, h["dims"], h[3][2], h[2][2])
         cut_d = {3: cut3, 2: cut2}
@@ -227,7 +228,7 @@ def _clip(mesh: CellMesh, s, value: float, inside, pf: dict, cf: dict) -> Clippe
         raise ValueError(f"mesh: {nbad} cells that clip cannot split are cut (lines, polygons); it splits "
                          "tri, quad, tet, hex, wedge and pyramid")
     # wholly kept cells
-    if xp is np:
+    if numba_path:
         widx, wconn, woff, renum = _cpu().gather_whole(conn, off, whole, used, n_whole, whole_len)
     else:
         widx = compact(whole, n_whole)
@@ -242,6 +243,9 @@ def _clip(mesh: CellMesh, s, value: float, inside, pf: dict, cf: dict) -> Clippe
             cell_of = xp.cumsum(mark)
             wconn = conn[off[widx][cell_of] + xp.arange(whole_len, dtype=xp.int64) - woff[cell_of]]
         wconn = renum[wconn]
+    if numba_path:
+        return _cut_cpu(mesh, s, value, inside, used, renum, n_used, cut_d, {3: w3, 2: w2}, widx, wconn, woff,
+                        pf, cf)
     # cut cells: their simplices, sorted kept first and by id, and the keys of their cut edges
     parts = []
     for d, nc, w in ((3, nc3, w3), (2, nc2, w2)):
@@ -300,6 +304,44 @@ def _clip(mesh: CellMesh, s, value: float, inside, pf: dict, cf: dict) -> Clippe
 
 
 _SENTINEL = np.iinfo(np.int64).max
+#: Host arrays through the Numba kernels (False: the whole-array path the device runs, for tests).
+use_numba = True
+
+
+def _cut_cpu(mesh, s, value, inside, used, renum, n_used, cut_d, widths, widx, wconn, woff, pf, cf) -> Clipped:
+    """The cut cells on the host: the device path's steps, per cell in Numba, to the same
+    output in the same order."""
+    k = _cpu()
+    n = mesh.n_points
+    parts = []
+    for d in (3, 2):
+        cells = np.flatnonzero(cut_d[d])
+        if len(cells):
+            quads, table, _ = host_tables()[d]
+            parts.append((d, *k.split_clip(mesh.connectivity, mesh.offsets, mesh.types, cells, inside, n, table,
+                                           quads, widths[d], np.asarray(_PAIRS[d], np.int64))))
+    used_idx = np.flatnonzero(used)
+    p = mesh.points
+    if not parts:
+        return _assemble(mesh, widx, [], np.zeros((0, 3), p.dtype), np.zeros(0, np.int64), np.zeros(0),
+                         used_idx, wconn, woff, mesh.types[widx], pf, cf)
+    keys = np.concatenate([q[4].reshape(-1) for q in parts])
+    ukeys = np.unique(keys[keys != _SENTINEL])
+    uid = np.searchsorted(ukeys, keys)  # at the sentinels: never read
+    lo, hi = ukeys // n, ukeys % n
+    t = (value - s[lo].astype(np.float64)) / (s[hi].astype(np.float64) - s[lo].astype(np.float64))
+    newp = (p[lo] + t[:, None] * (p[hi] - p[lo])).astype(p.dtype)
+    allp = np.concatenate([p[used_idx], newp])
+    simps = []
+    at = 0
+    for d, ids, orig, nk, ek, parent in parts:
+        m, ne = ek.shape
+        tpl, ok, _ = _host_clip_tables()[d]
+        o, src = k.emit(ids, nk, uid[at:at + m * ne].reshape(m, ne), renum, n_used, tpl, ok)
+        at += m * ne
+        simps.append((d, _orient(allp, o, p, orig[src]), parent[src]))
+    return _assemble(mesh, widx, simps, newp, lo, t, used_idx, wconn, woff, mesh.types[widx], pf, cf, hi=hi,
+                     allp=allp)
 
 
 @functools.cache
@@ -391,7 +433,93 @@ def _cpu():
                 o[i, 1], o[i, 2] = c, b
         return o
 
-    return types.SimpleNamespace(classify=classify, gather_whole=gather_whole, orient_tets=orient_tets)
+    @numba.njit(cache=True, nogil=True)
+    def split_clip(conn, off, ctypes, cells, inside, n, table, quads, w, pairs):
+        """Per cut cell: its simplices (split as measure.split_cells), each with its points
+        sorted kept first and by id, its kept count and the keys of its cut edges."""
+        sent = np.iinfo(np.int64).max
+        nd, ne = table.shape[3], pairs.shape[0]
+        mmax = cells.shape[0] * w
+        ids_out = np.empty((mmax, nd), np.int64)
+        orig = np.empty((mmax, nd), np.int64)
+        nk = np.empty(mmax, np.int64)
+        ek = np.empty((mmax, ne), np.int64)
+        parent = np.empty(mmax, np.int64)
+        ids = np.empty(8, np.int64)
+        key = np.empty(nd, np.int64)
+        m = 0
+        for ci in range(cells.shape[0]):
+            c = cells[ci]
+            a, b = off[c], off[c + 1]
+            t = np.int64(ctypes[c])
+            for j in range(8):
+                ids[j] = conn[min(a + j, b - 1)]
+            v = 0
+            for j in range(1, 8):
+                if ids[j] < ids[v]:
+                    v = j
+            bits = 0
+            for f in range(quads.shape[1]):
+                am = 0
+                for j in range(1, 4):
+                    if ids[quads[t, f, j]] < ids[quads[t, f, am]]:
+                        am = j
+                bits |= (am & 1) << f
+            code = v * 64 + bits
+            for si in range(w):
+                if table[t, code, si, 0] < 0:
+                    continue
+                for j in range(nd):
+                    g = ids[table[t, code, si, j]]
+                    orig[m, j] = g
+                    key[j] = g if inside[g] else g + n
+                for i in range(1, nd):  # insertion sort of 3 or 4
+                    x = key[i]
+                    j = i - 1
+                    while j >= 0 and key[j] > x:
+                        key[j + 1] = key[j]
+                        j -= 1
+                    key[j + 1] = x
+                cnt = 0
+                for j in range(nd):
+                    kept = key[j] < n
+                    ids_out[m, j] = key[j] if kept else key[j] - n
+                    cnt += kept
+                nk[m] = cnt
+                for e in range(ne):
+                    i, j = pairs[e, 0], pairs[e, 1]
+                    if key[i] < n and key[j] >= n:
+                        x, y = ids_out[m, i], ids_out[m, j]
+                        ek[m, e] = min(x, y) * n + max(x, y)
+                    else:
+                        ek[m, e] = sent
+                parent[m] = c
+                m += 1
+        return ids_out[:m], orig[:m], nk[:m], ek[:m], parent[:m]
+
+    @numba.njit(cache=True, nogil=True)
+    def emit(ids, nk, uid, renum, n_used, tpl, ok):
+        """The clipped simplices of every simplex by its case, and the row each comes from."""
+        nd = ids.shape[1]
+        total = 0
+        for r in range(ids.shape[0]):
+            for si in range(tpl.shape[1]):
+                total += ok[nk[r], si]
+        out = np.empty((total, nd), np.int64)
+        src = np.empty(total, np.int64)
+        o = 0
+        for r in range(ids.shape[0]):
+            for si in range(tpl.shape[1]):
+                if ok[nk[r], si]:
+                    for j in range(nd):
+                        col = tpl[nk[r], si, j]
+                        out[o, j] = renum[ids[r, col]] if col < nd else n_used + uid[r, col - nd]
+                    src[o] = r
+                    o += 1
+        return out, src
+
+    return types.SimpleNamespace(classify=classify, gather_whole=gather_whole, orient_tets=orient_tets,
+                                 split_clip=split_clip, emit=emit)
 
 
 def _sort_rows(k):
@@ -406,7 +534,7 @@ def _sort_rows(k):
 def _orient(allp, o, p, parent_simp):
     """Tetrahedra turned to positive volume; triangles to their parent triangle's side."""
     xp = arrays.get_array_module(o)
-    if xp is np and o.shape[1] == 4:
+    if xp is np and use_numba and o.shape[1] == 4:
         return _cpu().orient_tets(allp, np.ascontiguousarray(o))
     q = allp[o].astype(xp.float64)
     e = q[:, 1:] - q[:, :1]
