@@ -49,11 +49,18 @@ def count(conn, offsets, types, values, levels, base, nvert, nface, chunk, code,
                     code[lv, c] = 0
                     continue
                 o = offsets[c]
+                n = offsets[c + 1] - o
                 m = 0
-                for i in range(offsets[c + 1] - o):
-                    x = values[conn[o + i]]
-                    m |= np.int64(x >= lev) << i
-                    nan |= x != x
+                if n == 4:  # tets (and quads) unrolled: the four loads issue together
+                    x0, x1, x2, x3 = values[conn[o]], values[conn[o + 1]], values[conn[o + 2]], values[conn[o + 3]]
+                    m = (np.int64(x0 >= lev) | np.int64(x1 >= lev) << 1 | np.int64(x2 >= lev) << 2
+                         | np.int64(x3 >= lev) << 3)
+                    nan |= (x0 != x0) | (x1 != x1) | (x2 != x2) | (x3 != x3)
+                else:
+                    for i in range(n):
+                        x = values[conn[o + i]]
+                        m |= np.int64(x >= lev) << i
+                        nan |= x != x
                 code[lv, c] = m
                 tv += nvert[b + m]
                 tf += nface[b + m]
@@ -79,6 +86,14 @@ def emit(conn, offsets, types, code, base, nvert, nface, slots, ftab, chunk, vof
         for lv in range(nlev):
             vs = voff[lv, k]
             fs = foff[lv, k]
+            if k + 1 < nchunks:
+                nxt = voff[lv, k + 1]
+            elif lv + 1 < nlev:
+                nxt = voff[lv + 1, 0]
+            else:
+                nxt = keys.shape[0]
+            if nxt == vs:
+                continue  # nothing crossed in this chunk at this level
             for c in range(k * chunk, min((k + 1) * chunk, ncells)):
                 b = base[types[c]]
                 if b < 0:
