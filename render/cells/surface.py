@@ -263,9 +263,9 @@ def _cell_centres(mesh: CellMesh, cells):
 
 
 # --------------------------------------------------------------------------- CPU (Numba)
-# The same surface, faces matched by buckets of their smallest point id (as VTK does)
-# instead of a sort, and emitted in the vectorized path's order: all boundary triangles
-# (type after type, cell after cell), then all boundary quads cut in two.
+# The same surface, faces matched in buckets of their smallest point id (as VTK does)
+# instead of by a sort, and emitted in the vectorized path's order: all boundary
+# triangles (type after type, cell after cell), then all boundary quads cut in two.
 
 
 @functools.cache
@@ -298,13 +298,14 @@ def _face_ids(conn, offsets, tri, quad, ntri, types, code, key):
         for j in range(4):
             key[j] = conn[st + quad[t, f - 8, j]]
         m = 4
-    for i in range(1, 4):  # insertion sort of 4
-        v = key[i]
-        j = i - 1
-        while j >= 0 and key[j] > v:
-            key[j + 1] = key[j]
-            j -= 1
-        key[j + 1] = v
+    # a sorting network of 4 (min/max, no branches to mispredict)
+    a, b, c, d = key[0], key[1], key[2], key[3]
+    a, b = min(a, b), max(a, b)
+    c, d = min(c, d), max(c, d)
+    a, c = min(a, c), max(a, c)
+    b, d = min(b, d), max(b, d)
+    b, c = min(b, c), max(b, c)
+    key[0], key[1], key[2], key[3] = a, b, c, d
     return m
 
 
@@ -314,46 +315,60 @@ def _boundary_cpu(points, conn, offsets, types, keep, present, tri, quad, ntri, 
     npts = points.shape[0]
     use_keep = keep.shape[0] > 0
     key = np.empty(4, np.int64)
-    other = np.empty(4, np.int64)
-    # faces in buckets by their smallest id
+    # faces in buckets by their smallest id (neighbouring cells share points: the buckets
+    # touched together lie close); in a bucket, faces compared by a 64-bit mix of their
+    # other ids first, by their ids where the mixes agree
+    nf = 0
+    for c in range(ncells):
+        if not use_keep or keep[c]:
+            nf += ntri[types[c]] + nquad[types[c]]
+    fb = np.empty(nf, np.int64)
+    fh = np.empty(nf, np.int64)
     count = np.zeros(npts + 1, np.int64)
+    w = 0
     for c in range(ncells):
         t = types[c]
-        if (ntri[t] == 0 and nquad[t] == 0) or (use_keep and not keep[c]):
+        if use_keep and not keep[c]:
             continue
-        for f in range(ntri[t]):
-            _face_ids(conn, offsets, tri, quad, ntri, types, c * 16 + f, key)
-            count[key[1] + 1] += 1  # key[0] is the -1 pad
-        for f in range(nquad[t]):
-            _face_ids(conn, offsets, tri, quad, ntri, types, c * 16 + 8 + f, key)
-            count[key[0] + 1] += 1
+        for g in range(ntri[t] + nquad[t]):
+            _face_ids(conn, offsets, tri, quad, ntri, types, c * 16 + (g if g < ntri[t] else 8 + g - ntri[t]), key)
+            if g < ntri[t]:
+                bb, r0, r1, r2 = key[1], -1, key[2], key[3]
+            else:
+                bb, r0, r1, r2 = key[0], key[1], key[2], key[3]
+            fb[w] = bb
+            fh[w] = (r0 + 1) * 0x9E3779B97F4A7C1 ^ r1 * 0x3C6EF372FE94F82 ^ r2 * 0x5851F42D4C957F2
+            count[bb + 1] += 1
+            w += 1
     for i in range(npts):
         count[i + 1] += count[i]
     fill = count[:-1].copy()
-    codes = np.empty(count[npts], np.int64)
+    codes = np.empty(nf, np.int64)
+    hv = np.empty(nf, np.int64)
+    w = 0
     for c in range(ncells):
         t = types[c]
-        if (ntri[t] == 0 and nquad[t] == 0) or (use_keep and not keep[c]):
+        if use_keep and not keep[c]:
             continue
-        for f in range(ntri[t]):
-            _face_ids(conn, offsets, tri, quad, ntri, types, c * 16 + f, key)
-            codes[fill[key[1]]] = c * 16 + f
-            fill[key[1]] += 1
-        for f in range(nquad[t]):
-            _face_ids(conn, offsets, tri, quad, ntri, types, c * 16 + 8 + f, key)
-            codes[fill[key[0]]] = c * 16 + 8 + f
-            fill[key[0]] += 1
+        for g in range(ntri[t] + nquad[t]):
+            i = fill[fb[w]]
+            fill[fb[w]] += 1
+            codes[i] = c * 16 + (g if g < ntri[t] else 8 + g - ntri[t])
+            hv[i] = fh[w]
+            w += 1
+    other = np.empty(4, np.int64)
     shared = np.zeros(ncells * 16, np.bool_)
-    for b in range(npts):
-        for i in range(count[b], count[b + 1]):
-            if shared[codes[i]]:
-                continue
-            _face_ids(conn, offsets, tri, quad, ntri, types, codes[i], key)
-            for j in range(i + 1, count[b + 1]):
-                _face_ids(conn, offsets, tri, quad, ntri, types, codes[j], other)
-                if key[0] == other[0] and key[1] == other[1] and key[2] == other[2] and key[3] == other[3]:
-                    shared[codes[i]] = True
-                    shared[codes[j]] = True
+    for bb in range(npts):
+        lo, hi = count[bb], count[bb + 1]
+        for i in range(lo, hi):
+            h = hv[i]
+            for j in range(i + 1, hi):
+                if hv[j] == h:
+                    _face_ids(conn, offsets, tri, quad, ntri, types, codes[i], key)
+                    _face_ids(conn, offsets, tri, quad, ntri, types, codes[j], other)
+                    if key[0] == other[0] and key[1] == other[1] and key[2] == other[2] and key[3] == other[3]:
+                        shared[codes[i]] = True
+                        shared[codes[j]] = True
     # emit: triangles, then quads (two triangles each)
     n = 0
     for c in range(ncells):
@@ -375,16 +390,17 @@ def _boundary_cpu(points, conn, offsets, types, keep, present, tri, quad, ntri, 
                     continue
                 st = offsets[c]
                 k = offsets[c + 1] - st
-                cx, cy, cz = 0.0, 0.0, 0.0
-                for j in range(k):
-                    cx += points[conn[st + j], 0]
-                    cy += points[conn[st + j], 1]
-                    cz += points[conn[st + j], 2]
-                cx, cy, cz = cx / k, cy / k, cz / k
-                nf = ntri[t] if kind == 0 else nquad[t]
-                for f in range(nf):
+                cx, cy, cz = np.nan, 0.0, 0.0
+                for f in range(ntri[t] if kind == 0 else nquad[t]):
                     if shared[c * 16 + f + 8 * kind]:
                         continue
+                    if cx != cx:  # the cell's centre, once it has a boundary face
+                        cx = 0.0
+                        for j in range(k):
+                            cx += points[conn[st + j], 0]
+                            cy += points[conn[st + j], 1]
+                            cz += points[conn[st + j], 2]
+                        cx, cy, cz = cx / k, cy / k, cz / k
                     if kind == 0:
                         q[0], q[1], q[2] = conn[st + tri[t, f, 0]], conn[st + tri[t, f, 1]], conn[st + tri[t, f, 2]]
                         q[3] = q[0]
