@@ -151,6 +151,8 @@ def test_point_to_cell_is_vtks(kind):
     np.testing.assert_allclose(point_to_cell(mesh, vals), ref, rtol=1e-12, atol=1e-12)
     two = point_to_cell(mesh, np.stack([vals, 2 * vals], 1))
     np.testing.assert_allclose(two[:, 1], 2 * ref, rtol=1e-12, atol=1e-12)
+    # the path CuPy runs, here on NumPy
+    np.testing.assert_allclose(point_to_cell(mesh, vals, _vectorized=True), ref, rtol=1e-12, atol=1e-12)
 
 
 def test_unused_points_and_polygons():
@@ -158,6 +160,7 @@ def test_unused_points_and_polygons():
     mesh = cell_mesh(pts, np.array([0, 1, 2, 3, 1, 4, 2]), np.array([7, 5], np.uint8), np.array([0, 4, 7]))
     np.testing.assert_allclose(cell_to_point(mesh, np.array([1.0, 3.0])), [1, 2, 2, 1, 3, 0])
     np.testing.assert_allclose(point_to_cell(mesh, np.arange(6.0)), [1.5, 7 / 3])
+    np.testing.assert_allclose(point_to_cell(mesh, np.arange(6.0), _vectorized=True), [1.5, 7 / 3])
     assert cell_to_point(mesh, np.array([1.0, 3.0], np.float32)).dtype == np.float32
 
 

@@ -18,13 +18,17 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numba
 import numpy as np
 
 from insitu import arrays
+from insitu.log import watch_jit
 
 from ._mesh import CELL_DIM, HEXAHEDRON, PYRAMID, QUAD, TETRA, TRIANGLE, WEDGE, CellMesh
 
 __all__ = ["cell_to_point", "component", "gradient", "magnitude", "point_to_cell"]
+
+watch_jit(__name__)
 
 #: Cell types the shape functions below cover (VTK's linear cells with a fixed size).
 SHAPED = (TRIANGLE, QUAD, TETRA, HEXAHEDRON, WEDGE, PYRAMID)
@@ -201,7 +205,7 @@ def cell_to_point(mesh: CellMesh, values) -> Any:
     return out.astype(dt, copy=False).reshape((mesh.n_points,) + v.shape[1:])
 
 
-def point_to_cell(mesh: CellMesh, values) -> Any:
+def point_to_cell(mesh: CellMesh, values, *, _vectorized: bool = False) -> Any:
     """Point values to elements: each cell the mean of its points (vtkPointDataToCellData).
 
     Parameters
@@ -218,6 +222,10 @@ def point_to_cell(mesh: CellMesh, values) -> Any:
     xp = mesh.xp
     dt = _float_dtype(v.dtype)
     v2 = v.reshape(v.shape[0], -1)
+    if xp is np and not _vectorized:
+        out = np.empty((mesh.n_cells, v2.shape[1]), np.float64)
+        _point_to_cell_cpu(mesh.connectivity, mesh.offsets, v2, out)
+        return out.astype(dt, copy=False).reshape((mesh.n_cells,) + v.shape[1:])
     t = mesh.single_type()
     from ._mesh import CELL_POINTS
 
@@ -370,3 +378,16 @@ def _cell_gradients(xp, t: int, conn, points, values):
     if ke == 1:
         g = xp.broadcast_to(g, (nc, k, 3, m))
     return conn.reshape(-1), g.reshape(nc * k, 3, m)
+
+
+@numba.njit(cache=True)
+def _point_to_cell_cpu(conn, offsets, values, out):
+    """out[c] = mean of values over cell c's points (CSR), in float64: one pass, no temporaries."""
+    m = values.shape[1]
+    for c in range(offsets.shape[0] - 1):
+        a, b = offsets[c], offsets[c + 1]
+        for j in range(m):
+            acc = 0.0
+            for i in range(a, b):
+                acc += values[conn[i], j]
+            out[c, j] = acc / (b - a)
