@@ -71,13 +71,14 @@ def built(tmp_path_factory) -> types.SimpleNamespace:
     top = tmp_path_factory.mktemp("catalyst")
     run = capi_build.run
     run(["cmake", "-S", ROOT, "-B", top / "lib", f"-DPython3_EXECUTABLE={sys.executable}", "-DINSITU_FORTRAN=OFF",
-         f"-Dcatalyst_DIR={catalyst_dir}", "-DCMAKE_BUILD_TYPE=Release"], top)
+         f"-Dcatalyst_DIR={catalyst_dir}", f"-DMPI_C_COMPILER={capi_build.mpicc()}", "-DCMAKE_BUILD_TYPE=Release"],
+        top)
     run(["cmake", "--build", top / "lib", "-j", "2"], top)
     run(["cmake", "--install", top / "lib", "--prefix", top / "prefix"], top)
     impl_dir = top / "prefix" / "lib" / "catalyst"
     assert (impl_dir / "libcatalyst-insitu.so").exists(), os.listdir(top / "prefix" / "lib")
     run(["cmake", "-S", os.path.join(ROOT, "examples", "catalyst_c"), "-B", top / "ex",
-         f"-Dcatalyst_DIR={catalyst_dir}", f"-DMPI_C_COMPILER={os.path.join(capi_build.BIN, 'mpicc')}",
+         f"-Dcatalyst_DIR={catalyst_dir}", f"-DMPI_C_COMPILER={capi_build.mpicc()}",
          "-DCMAKE_BUILD_TYPE=Release"], top)
     run(["cmake", "--build", top / "ex", "-j", "2"], top)
     return types.SimpleNamespace(impl_dir=str(impl_dir), grid=str(top / "ex" / "grid"),

@@ -36,6 +36,12 @@ def run(cmd, cwd, *, timeout: float = 300, env_: dict | None = None) -> subproce
     return p
 
 
+def mpicc() -> str:
+    """The MPI C compiler wrapper to build with: $INSITU_MPICC (a machine whose interpreter's bin/
+    holds another MPI's wrapper than its mpirun's), else the interpreter's bin/mpicc."""
+    return os.environ.get("INSITU_MPICC") or os.path.join(BIN, "mpicc")
+
+
 def missing_tools() -> list[str]:
     """What building the C API needs and this machine lacks."""
     missing = [t for t in ("cmake", "cc", "c++") if shutil.which(t) is None]

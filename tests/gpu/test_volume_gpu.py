@@ -87,6 +87,20 @@ def test_gpu_uploads_only_the_table_once():
     assert isinstance(rgba, cp.ndarray) and isinstance(depth, cp.ndarray)
 
 
+def test_a_moving_range_reuses_the_uploaded_table():
+    # a volume plot's range follows its field every step: a new TransferFunction, the same table
+    vol = cp.asarray(smooth_random((16, 16, 16), 4), cp.float32)
+    cam = Camera.fit((0, 15, 0, 15, 0, 15), azimuth=15)
+    ray_cast(vol, cam, 32, 32, TransferFunction.from_colormap("cividis", 0.0, 1.0, opacity=0.3, size=300))
+    moved = TransferFunction.from_colormap("cividis", 0.1, 1.3, opacity=0.3, size=300)
+    with insitu.no_host_transfers():
+        rgba, _ = ray_cast(vol, cam, 32, 32, moved)
+    # and the image is the moved range's (its table read at other indices), not the first one's
+    host = TransferFunction.from_colormap("cividis", 0.1, 1.3, opacity=0.3, size=300)
+    want, _ = ray_cast(cp.asnumpy(vol), cam, 32, 32, host)
+    np.testing.assert_allclose(cp.asnumpy(rgba), want, atol=2e-3)
+
+
 def test_gpu_blocks_composite_like_cpu():
     vol = smooth_random((34, 30, 28), 2)
     tf = TransferFunction.from_colormap("viridis", 0, 1, opacity=[(0.3, 0.0), (1.0, 0.4)])
