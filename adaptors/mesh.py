@@ -646,7 +646,7 @@ def _cartesian(values, path: str) -> list[tuple[str, Any]]:
 
 
 def _axis(v, path: str):
-    a = _array(v, path)
+    a = _one_d(_array(v, path))
     if a.ndim != 1 or a.shape[0] < 1 or a.dtype.kind not in "iuf":
         raise MeshError(f"{path}: expected a 1-D array of numbers, got {'x'.join(map(str, a.shape))} {a.dtype}")
     return a
@@ -939,7 +939,7 @@ def _csr(el, epath: str, conn, n_cells: int, fixed):
 
 
 def _int_array(v, path: str):
-    a = _array(v, path)
+    a = _one_d(_array(v, path))
     if a.ndim != 1 or a.dtype.kind not in "iu":
         raise MeshError(f"{path}: expected a 1-D integer array, got {'x'.join(map(str, a.shape))} {a.dtype}")
     return a
@@ -1007,6 +1007,8 @@ def _cell_values(v, n: int, grid: tuple | None, assoc: str, path: str):
     """`v` as a 1-D view of `n` values in Blueprint's order; on a structured grid, an
     ``[i, j(, k)]`` array laid out i fastest (Fortran order) is taken too, as its flat view."""
     a = _array(v, path, f"a ({n},)")
+    if n == 1:
+        a = _one_d(a)
     shape = None if grid is None else (grid if assoc == "vertex" else tuple(g - 1 for g in grid))
     if shape is not None and a.ndim == len(shape) and tuple(a.shape) == shape:
         t = a.transpose()
@@ -1044,10 +1046,16 @@ def _array(v, path: str, want: str = "an"):
                         f"DLPack), got {type(v).__name__}") from None
 
 
+def _one_d(a):
+    """A one-element array Conduit hands as a scalar (a node leaf of one value), as 1-D."""
+    return a.reshape(1) if a.ndim == 0 else a
+
+
 def _is_data_array(v) -> bool:
-    """An xarray ``DataArray`` (duck-typed: ``dims`` and ``data`` beside ``values``)."""
-    return (not isinstance(v, np.ndarray) and not arrays.is_device_array(v) and hasattr(v, "dims")
-            and hasattr(v, "data") and hasattr(v, "values"))
+    """An xarray ``DataArray`` (duck-typed: ``dims`` and ``data``; its ``values`` may be a
+    copy and is never read)."""
+    return not isinstance(v, np.ndarray) and not arrays.is_device_array(v) and hasattr(v, "dims") \
+        and hasattr(v, "data")
 
 
 #: Dimension names a DataArray's axes are put in the order of (i fastest): x, y, z or i, j, k.
@@ -1262,7 +1270,7 @@ def unstructured(points, connectivity, shape: str, fields: Mapping[str, Any] | N
     if shape == "mixed":
         if shapes is None:
             raise ValueError("shapes: needed for mixed cells (each cell's VTK type code)")
-        el["shape_map"] = dict(SHAPE_TYPES)
+        el["shape_map"] = {k: np.int32(v) for k, v in SHAPE_TYPES.items()}  # Conduit reads them as int32
         el["shapes"] = shapes
     if sizes is not None:
         sz = arrays.asarray(sizes, name="sizes")
