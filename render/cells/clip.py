@@ -326,8 +326,7 @@ def _cut_cpu(mesh, s, value, inside, used, renum, n_used, cut_d, widths, widx, w
         return _assemble(mesh, widx, [], np.zeros((0, 3), p.dtype), np.zeros(0, np.int64), np.zeros(0),
                          used_idx, wconn, woff, mesh.types[widx], pf, cf)
     keys = np.concatenate([q[4].reshape(-1) for q in parts])
-    ukeys = np.unique(keys[keys != _SENTINEL])
-    uid = np.searchsorted(ukeys, keys)  # at the sentinels: never read
+    ukeys, uid = k.number_edges(keys, n)
     lo, hi = ukeys // n, ukeys % n
     t = (value - s[lo].astype(np.float64)) / (s[hi].astype(np.float64) - s[lo].astype(np.float64))
     newp = (p[lo] + t[:, None] * (p[hi] - p[lo])).astype(p.dtype)
@@ -419,17 +418,15 @@ def _cpu():
     def orient_tets(pts, o):
         for i in range(o.shape[0]):
             a, b, c, d = o[i, 0], o[i, 1], o[i, 2], o[i, 3]
-            e = np.empty((3, 3))  # in float64, as the device path
-            for k in range(3):
-                e[0, k] = np.float64(pts[b, k]) - np.float64(pts[a, k])
-                e[1, k] = np.float64(pts[c, k]) - np.float64(pts[a, k])
-                e[2, k] = np.float64(pts[d, k]) - np.float64(pts[a, k])
-            # cross(e0, e1) . e2 in NumPy's order of operations: the same signs as the device path
-            c0 = e[0, 1] * e[1, 2] - e[0, 2] * e[1, 1]
-            c1 = e[0, 2] * e[1, 0] - e[0, 0] * e[1, 2]
-            c2 = e[0, 0] * e[1, 1] - e[0, 1] * e[1, 0]
-            det = c0 * e[2, 0] + c1 * e[2, 1] + c2 * e[2, 2]
-            if det < 0:
+            # in float64, cross(e0, e1) . e2 in NumPy's order of operations: the device path's signs
+            ax, ay, az = np.float64(pts[a, 0]), np.float64(pts[a, 1]), np.float64(pts[a, 2])
+            e00, e01, e02 = np.float64(pts[b, 0]) - ax, np.float64(pts[b, 1]) - ay, np.float64(pts[b, 2]) - az
+            e10, e11, e12 = np.float64(pts[c, 0]) - ax, np.float64(pts[c, 1]) - ay, np.float64(pts[c, 2]) - az
+            e20, e21, e22 = np.float64(pts[d, 0]) - ax, np.float64(pts[d, 1]) - ay, np.float64(pts[d, 2]) - az
+            c0 = e01 * e12 - e02 * e11
+            c1 = e02 * e10 - e00 * e12
+            c2 = e00 * e11 - e01 * e10
+            if c0 * e20 + c1 * e21 + c2 * e22 < 0:
                 o[i, 1], o[i, 2] = c, b
         return o
 
@@ -518,7 +515,61 @@ def _cpu():
                     o += 1
         return out, src
 
+    @numba.njit(cache=True, nogil=True)
+    def number_edges(keys, n):
+        """The distinct keys (lo * n + hi, sentinels aside) in order, and the rank of each key
+        among them: a counting sort by lo (buckets of a few his), no global sort."""
+        sent = np.iinfo(np.int64).max
+        start = np.zeros(n + 1, np.int64)
+        for key in keys:
+            if key != sent:
+                start[key // n + 1] += 1
+        for p in range(n):
+            start[p + 1] += start[p]
+        fill = start[:-1].copy()
+        his = np.empty(start[n], np.int64)
+        for key in keys:
+            if key != sent:
+                lo = key // n
+                his[fill[lo]] = key - lo * n
+                fill[lo] += 1
+        ucount = np.zeros(n + 1, np.int64)
+        for p in range(n):  # sort each bucket, keep its distinct his at its front
+            a, b = start[p], start[p + 1]
+            for i in range(a + 1, b):
+                x = his[i]
+                j = i - 1
+                while j >= a and his[j] > x:
+                    his[j + 1] = his[j]
+                    j -= 1
+                his[j + 1] = x
+            u = 0
+            for i in range(a, b):
+                if u == 0 or his[a + u - 1] != his[i]:
+                    his[a + u] = his[i]
+                    u += 1
+            ucount[p + 1] = u
+        for p in range(n):
+            ucount[p + 1] += ucount[p]
+        ukeys = np.empty(ucount[n], np.int64)
+        for p in range(n):
+            for i in range(ucount[p + 1] - ucount[p]):
+                ukeys[ucount[p] + i] = p * n + his[start[p] + i]
+        uid = np.full(keys.shape[0], -1, np.int64)
+        for i in range(keys.shape[0]):
+            key = keys[i]
+            if key != sent:
+                lo = key // n
+                hi = key - lo * n
+                a = start[lo]
+                j = 0
+                while his[a + j] != hi:
+                    j += 1
+                uid[i] = ucount[lo] + j
+        return ukeys, uid
+
     return types.SimpleNamespace(classify=classify, gather_whole=gather_whole, orient_tets=orient_tets,
+                                 number_edges=number_edges,
                                  split_clip=split_clip, emit=emit)
 
 
@@ -560,7 +611,7 @@ def _assemble(mesh, widx, simps, newp, lo, t, used_idx, wconn, woff, wtypes, pf,
     types = [wtypes.astype(xp.uint8)] + [xp.full(o.shape[0], TETRA if d == 3 else TRIANGLE, xp.uint8)
                                          for d, o, _ in simps]
     cells = xp.concatenate([widx] + [par for _, _, par in simps])
-    out = CellMesh(allp, xp.concatenate(conn).astype(xp.int64), xp.concatenate(offs), xp.concatenate(types))
+    out = CellMesh(allp, xp.concatenate(conn).astype(xp.int64, copy=False), xp.concatenate(offs), xp.concatenate(types))
     pout = {}
     for k, f in pf.items():
         g = f if f.dtype.kind == "f" else f.astype(xp.float64)
