@@ -24,7 +24,7 @@ import numpy as np
 from insitu import arrays
 from insitu.log import watch_jit
 
-from ._mesh import CELL_DIM, HEXAHEDRON, PYRAMID, QUAD, TETRA, TRIANGLE, WEDGE, CellMesh
+from ._mesh import CELL_DIM, CELL_POINTS, HEXAHEDRON, PYRAMID, QUAD, TETRA, TRIANGLE, WEDGE, CellMesh
 
 __all__ = ["cell_to_point", "component", "gradient", "magnitude", "point_to_cell"]
 
@@ -134,8 +134,6 @@ def type_groups(mesh: CellMesh) -> list[tuple[int, Any]]:
 
 def cell_points(mesh: CellMesh, t: int, ids) -> Any:
     """(nc, k) point ids of the cells `ids` (None: all cells), all of fixed-size type `t`."""
-    from ._mesh import CELL_POINTS
-
     k = CELL_POINTS[t]
     assert k is not None
     if ids is None:
@@ -226,11 +224,9 @@ def point_to_cell(mesh: CellMesh, values, *, _vectorized: bool = False) -> Any:
         out = np.empty((mesh.n_cells, v2.shape[1]), np.float64)
         _point_to_cell_cpu(mesh.connectivity, mesh.offsets, v2, out)
         return out.astype(dt, copy=False).reshape((mesh.n_cells,) + v.shape[1:])
-    t = mesh.single_type()
-    from ._mesh import CELL_POINTS
-
-    if t is not None and CELL_POINTS[t] is not None:
-        k = CELL_POINTS[t]
+    groups = type_groups(mesh)  # (mesh.single_type() would copy a type to the host)
+    k = CELL_POINTS[groups[0][0]] if len(groups) == 1 else None
+    if k is not None:
         out = v2[mesh.connectivity.reshape(-1, k)].astype(xp.float64).sum(axis=1) / k
     else:
         cid = cell_of_entry(mesh)

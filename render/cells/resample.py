@@ -130,34 +130,20 @@ def resample(mesh: CellMesh, values, dims: Sequence[int], bounds: Sequence[float
 
 def _boxes(xp, x, d, origin, spacing):
     """First grid index and number of grid points along each axis in each cell's box."""
-    o = xp.asarray(origin, dtype=xp.float64) if xp is np else _const(xp, origin)
-    h = xp.asarray(spacing, dtype=xp.float64) if xp is np else _const(xp, spacing)
     lo, hi = x.min(axis=1), x.max(axis=1)  # (nc, 3)
-    hs = xp.where(h > 0, h, 1.0)
     eps = 1e-9
-    i0 = xp.ceil((lo - o) / hs - eps)
-    i1 = xp.floor((hi - o) / hs + eps)
-    flat = h == 0  # one grid point along the axis: in the box if the box spans it
-    i0 = xp.where(flat, xp.where((lo <= o + eps) & (hi >= o - eps), 0, 1), i0)
-    i1 = xp.where(flat, 0, i1)
-    dmax = xp.asarray(d, dtype=xp.float64) - 1 if xp is np else _const(xp, tuple(k - 1.0 for k in d))
-    i0 = xp.clip(i0, 0, None)
-    i1 = xp.minimum(i1, dmax)
-    size = xp.clip(i1 - i0 + 1, 0, None).astype(xp.int64)
-    return i0.astype(xp.int64), size
-
-
-_consts: dict[tuple, Any] = {}
-
-
-def _const(xp, vals: tuple):
-    """A few float64 constants on the current device (uploaded once per value, counted)."""
-    key = (vals, xp.cuda.Device().id)
-    if key not in _consts:
-        if len(_consts) > 256:
-            _consts.clear()
-        _consts[key] = arrays.to_device(np.asarray(vals, np.float64))
-    return _consts[key]
+    first, size = [], []
+    for q in range(3):  # an axis at a time: the grid's numbers stay Python scalars (no uploads)
+        o, h = origin[q], spacing[q]
+        if h > 0:
+            i0 = xp.maximum(xp.ceil((lo[:, q] - o) / h - eps), 0)
+            i1 = xp.minimum(xp.floor((hi[:, q] - o) / h + eps), d[q] - 1)
+        else:  # one grid point along the axis: in the box if the box spans it
+            i0 = xp.where((lo[:, q] <= o + eps) & (hi[:, q] >= o - eps), 0.0, 1.0)
+            i1 = xp.zeros_like(i0)
+        first.append(i0)
+        size.append(xp.maximum(i1 - i0 + 1, 0))
+    return xp.stack(first, axis=1).astype(xp.int64), xp.stack(size, axis=1).astype(xp.int64)
 
 
 def _sample_type(mesh: CellMesh, t: int, conn, cells, v2, association, d, origin, spacing, out) -> None:
@@ -193,7 +179,7 @@ def _sample_type(mesh: CellMesh, t: int, conn, cells, v2, association, d, origin
         xc = x[cell]  # (P, k, 3)
         r, s, u = _parametric(xp, t, xc, p)
         inside = _inside(xp, t, r, s, u)
-        if not bool(inside.any()):
+        if not arrays.scalar_to_host(inside.any()):
             continue
         r, s, u = r[inside], s[inside], u[inside]
         if t != TETRA:  # Newton may stall on a non-root (near a pyramid's apex): check it landed

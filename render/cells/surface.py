@@ -88,9 +88,10 @@ def _groups(mesh: CellMesh, keep) -> list[tuple[int, Any]]:
 def _split_quads(xp, q):
     """Two triangles per quad (m, 4) -> (2m, 3), cut along the diagonal through the quad's
     smallest point id (so the cut does not depend on where the quad's cycle starts)."""
-    first = xp.argmin(q, axis=1) % 2 == 0  # smallest id at 0 or 2: diagonal 0-2, else 1-3
-    a = xp.where(first[:, None], q[:, [0, 1, 2]], q[:, [1, 2, 3]])
-    b = xp.where(first[:, None], q[:, [0, 2, 3]], q[:, [1, 3, 0]])
+    first = (xp.argmin(q, axis=1) % 2 == 0)[:, None]  # smallest id at 0 or 2: diagonal 0-2, else 1-3
+    q0, q1, q2, q3 = q[:, 0:1], q[:, 1:2], q[:, 2:3], q[:, 3:4]  # (columns, not index lists: no uploads)
+    a = xp.where(first, xp.concatenate([q0, q1, q2], axis=1), xp.concatenate([q1, q2, q3], axis=1))
+    b = xp.where(first, xp.concatenate([q0, q2, q3], axis=1), xp.concatenate([q1, q3, q0], axis=1))
     return xp.stack([a, b], axis=1).reshape(-1, 3)
 
 
@@ -100,7 +101,7 @@ def _polygon_fans(mesh: CellMesh, ids):
     start, end = mesh.offsets[ids], mesh.offsets[ids + 1]
     ntri = end - start - 2
     first = xp.concatenate([xp.zeros(1, xp.int64), xp.cumsum(ntri)])
-    total = int(first[-1])
+    total = int(arrays.scalar_to_host(first[-1]))
     tri = xp.arange(total, dtype=xp.int64)
     poly = xp.searchsorted(first[1:], tri, side="right")  # which polygon each triangle is of
     j = start[poly] + 1 + tri - first[poly]
@@ -120,18 +121,21 @@ def _face_keys(xp, faces, n_points: int):
         key3 = xp.where(is_tri[:, None], key3, s[:, :3])
         d = xp.where(is_tri, -1, s[:, 3])
         s = xp.concatenate([key3, d[:, None]], axis=1)
-        order = xp.argsort(d, kind="stable") if bool((d >= 0).any()) and bool(is_tri.any()) else None
+        both = arrays.scalars_to_host(xp.stack([(d >= 0).any(), is_tri.any()]))
+        order = _argsort(xp, d) if all(both) else None
     else:
         key3, order = s, None
     if n_points < 2**_PACK_BITS:
         packed = (key3[:, 0] << (2 * _PACK_BITS)) | (key3[:, 1] << _PACK_BITS) | key3[:, 2]
-        if order is None:
-            order = xp.argsort(packed, kind="stable")
-        else:
-            order = order[xp.argsort(packed[order], kind="stable")]
+        order = _argsort(xp, packed) if order is None else order[_argsort(xp, packed[order])]
     else:
         order = xp.lexsort(xp.stack([s[:, j] for j in range(s.shape[1] - 1, -1, -1)]))
     return order, s
+
+
+def _argsort(xp, a):
+    """A stable argsort (CuPy's always is, and takes no `kind`)."""
+    return np.argsort(a, kind="stable") if xp is np else a.argsort()
 
 
 def _boundary(xp, faces, n_points: int):
@@ -245,7 +249,9 @@ def _outward(mesh: CellMesh, f4, cells):
     normal = xp.cross(c - a, e - b)  # for a triangle (a, b, c, a): (c - a) x (a - b) = (b - a) x (c - a)
     centre = _cell_centres(mesh, cells)
     inward = ((normal * ((a + b + c + e) / 4 - centre)).sum(axis=1)) < 0
-    flipped = xp.where(tri[:, None], f4[:, [0, 2, 1, 3]], f4[:, [0, 3, 2, 1]])
+    c0, c1, c2, c3 = f4[:, 0:1], f4[:, 1:2], f4[:, 2:3], f4[:, 3:4]
+    flipped = xp.where(tri[:, None], xp.concatenate([c0, c2, c1, c3], axis=1),
+                       xp.concatenate([c0, c3, c2, c1], axis=1))
     return xp.where(inward[:, None], flipped, f4)
 
 
