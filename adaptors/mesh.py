@@ -585,8 +585,9 @@ def _point_cells(ctype: str, cs, tpath: str, cpath: str) -> _Cells:
 
     def build(device: bool) -> CellMesh:
         pts = _points(axes)
-        conn = arrays.get_array_module(pts).arange(n, dtype=np.int64)
-        return _on_backend(cell_mesh(pts, conn, VERTEX), device)
+        if device:
+            pts = arrays.to_device(pts)  # the one upload: the ids are made where the points are
+        return cell_mesh(pts, arrays.get_array_module(pts).arange(n, dtype=np.int64), VERTEX)
 
     return _Cells(tpath.rstrip("/"), "a points topology", len(axes), n, n, None, build)
 
@@ -784,10 +785,17 @@ def _unstructured_cells(topo, tpath: str, axes: list) -> _Cells:
 
     def build(device: bool) -> CellMesh:
         pts = _points([a for _, a in axes])
-        parts = [pts, conn, types, offsets]
-        if any(arrays.is_device_array(a) for a in parts if a is not None and not np.isscalar(a)):
-            parts = [a if a is None or np.isscalar(a) else arrays.to_device(a) for a in parts]
-        return _on_backend(cell_mesh(parts[0], parts[1], parts[2], parts[3]), device)
+        arrs = [a for a in (pts, conn, types, offsets) if a is not None and not np.isscalar(a)]
+        host = not any(arrays.is_device_array(a) for a in arrs)
+        if host and not device:
+            return cell_mesh(pts, conn, types, offsets)
+        if host and not np.isscalar(types):
+            # mixed shapes: checked on the host, where their types are, then the four arrays go up
+            return _on_backend(cell_mesh(pts, conn, types, offsets), True)
+        # one shape: points, connectivity (and polygons' offsets) go up once each; the types
+        # (and fixed-size cells' offsets) are made on the device
+        up = [a if a is None or np.isscalar(a) else arrays.to_device(a) for a in (pts, conn, types, offsets)]
+        return cell_mesh(up[0], up[1], up[2], up[3])
 
     return _Cells(tpath.rstrip("/"), what, len(axes), int(axes[0][1].shape[0]), n_cells, None, build)
 
