@@ -313,24 +313,23 @@ def _cut_cpu(mesh, s, value, inside, used, renum, n_used, cut_d, widths, widx, w
     output in the same order."""
     k = _cpu()
     n = mesh.n_points
+    shift = max(n - 1, 1).bit_length()  # edge keys lo << shift | hi
     parts = []
     for d in (3, 2):
         cells = np.flatnonzero(cut_d[d])
         if len(cells):
             quads, table, _ = host_tables()[d]
-            parts.append((d, *k.split_clip(mesh.connectivity, mesh.offsets, mesh.types, cells, inside, n, table,
-                                           quads, widths[d], np.asarray(_PAIRS[d], np.int64))))
+            parts.append((d, *k.split_clip(mesh.connectivity, mesh.offsets, mesh.types, cells, inside, n, shift,
+                                           table, quads, widths[d], np.asarray(_PAIRS[d], np.int64))))
     used_idx = np.flatnonzero(used)
     p = mesh.points
     if not parts:
         return _assemble(mesh, widx, [], np.zeros((0, 3), p.dtype), np.zeros(0, np.int64), np.zeros(0),
                          used_idx, wconn, woff, mesh.types[widx], pf, cf)
-    keys = np.concatenate([q[4].reshape(-1) for q in parts])
-    ukeys, uid = k.number_edges(keys, n)
-    lo, hi = ukeys // n, ukeys % n
-    t = (value - s[lo].astype(np.float64)) / (s[hi].astype(np.float64) - s[lo].astype(np.float64))
-    newp = (p[lo] + t[:, None] * (p[hi] - p[lo])).astype(p.dtype)
-    allp = np.concatenate([p[used_idx], newp])
+    keys = np.concatenate([q[4].reshape(-1) for q in parts]) if len(parts) > 1 else parts[0][4].reshape(-1)
+    lo, hi, uid = k.number_edges(keys, n, shift)
+    allp, t = k.new_points(p, used_idx, lo, hi, s, value)
+    newp = allp[len(used_idx):]
     simps = []
     at = 0
     for d, ids, orig, nk, ek, parent in parts:
@@ -431,9 +430,10 @@ def _cpu():
         return o
 
     @numba.njit(cache=True, nogil=True)
-    def split_clip(conn, off, ctypes, cells, inside, n, table, quads, w, pairs):
+    def split_clip(conn, off, ctypes, cells, inside, n, shift, table, quads, w, pairs):
         """Per cut cell: its simplices (split as measure.split_cells), each with its points
-        sorted kept first and by id, its kept count and the keys of its cut edges."""
+        sorted kept first and by id, its kept count and the keys of its cut edges
+        (``lo << shift | hi``: ordered as the device path's ``lo * n + hi``)."""
         sent = np.iinfo(np.int64).max
         nd, ne = table.shape[3], pairs.shape[0]
         mmax = cells.shape[0] * w
@@ -487,7 +487,7 @@ def _cpu():
                     i, j = pairs[e, 0], pairs[e, 1]
                     if key[i] < n and key[j] >= n:
                         x, y = ids_out[m, i], ids_out[m, j]
-                        ek[m, e] = min(x, y) * n + max(x, y)
+                        ek[m, e] = (min(x, y) << shift) | max(x, y)
                     else:
                         ek[m, e] = sent
                 parent[m] = c
@@ -516,24 +516,27 @@ def _cpu():
         return out, src
 
     @numba.njit(cache=True, nogil=True)
-    def number_edges(keys, n):
-        """The distinct keys (lo * n + hi, sentinels aside) in order, and the rank of each key
-        among them: a counting sort by lo (buckets of a few his), no global sort."""
+    def number_edges(keys, n, shift):
+        """The distinct keys (``lo << shift | hi``, sentinels aside) in order, as (lo, hi), and
+        the rank of each key among them: a counting sort by lo (buckets of a few his)."""
         sent = np.iinfo(np.int64).max
+        mask = (np.int64(1) << shift) - 1
         start = np.zeros(n + 1, np.int64)
         for key in keys:
             if key != sent:
-                start[key // n + 1] += 1
+                start[(key >> shift) + 1] += 1
         for p in range(n):
             start[p + 1] += start[p]
         fill = start[:-1].copy()
         his = np.empty(start[n], np.int64)
         for key in keys:
             if key != sent:
-                lo = key // n
-                his[fill[lo]] = key - lo * n
+                lo = key >> shift
+                his[fill[lo]] = key & mask
                 fill[lo] += 1
-        ucount = np.zeros(n + 1, np.int64)
+        ucount = fill  # reused: distinct his per bucket, then their running total
+        ucount[0] = 0
+        nu = 0
         for p in range(n):  # sort each bucket, keep its distinct his at its front
             a, b = start[p], start[p + 1]
             for i in range(a + 1, b):
@@ -548,28 +551,47 @@ def _cpu():
                 if u == 0 or his[a + u - 1] != his[i]:
                     his[a + u] = his[i]
                     u += 1
-            ucount[p + 1] = u
+            ucount[p] = nu
+            nu += u
+        ulo = np.empty(nu, np.int64)
+        uhi = np.empty(nu, np.int64)
         for p in range(n):
-            ucount[p + 1] += ucount[p]
-        ukeys = np.empty(ucount[n], np.int64)
-        for p in range(n):
-            for i in range(ucount[p + 1] - ucount[p]):
-                ukeys[ucount[p] + i] = p * n + his[start[p] + i]
-        uid = np.full(keys.shape[0], -1, np.int64)
+            u = (ucount[p + 1] if p + 1 < n else nu) - ucount[p]
+            for i in range(u):
+                ulo[ucount[p] + i] = p
+                uhi[ucount[p] + i] = his[start[p] + i]
+        uid = np.empty(keys.shape[0], np.int64)
         for i in range(keys.shape[0]):
             key = keys[i]
             if key != sent:
-                lo = key // n
-                hi = key - lo * n
+                lo = key >> shift
+                hi = key & mask
                 a = start[lo]
                 j = 0
                 while his[a + j] != hi:
                     j += 1
                 uid[i] = ucount[lo] + j
-        return ukeys, uid
+        return ulo, uhi, uid
+
+    @numba.njit(cache=True, nogil=True)
+    def new_points(p, used_idx, lo, hi, s, value):
+        """The kept points, then one on each cut edge (the device path's arithmetic)."""
+        nu = used_idx.shape[0]
+        out = np.empty((nu + lo.shape[0], 3), p.dtype)
+        t = np.empty(lo.shape[0], np.float64)
+        for i in range(nu):
+            for k in range(3):
+                out[i, k] = p[used_idx[i], k]
+        for i in range(lo.shape[0]):
+            a, b = lo[i], hi[i]
+            sa = np.float64(s[a])
+            t[i] = (value - sa) / (np.float64(s[b]) - sa)
+            for k in range(3):
+                out[nu + i, k] = p[a, k] + t[i] * (p[b, k] - p[a, k])
+        return out, t
 
     return types.SimpleNamespace(classify=classify, gather_whole=gather_whole, orient_tets=orient_tets,
-                                 number_edges=number_edges,
+                                 number_edges=number_edges, new_points=new_points,
                                  split_clip=split_clip, emit=emit)
 
 
