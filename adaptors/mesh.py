@@ -12,28 +12,59 @@ One domain::
 
 Several domains per rank: a list of such dicts (or a dict of them). A ``conduit.Node``
 (anything with ``fetch``, ``number_of_children`` and ``child_names``) is read the same
-way, without copying its arrays. Values are any host or device array
-(:func:`insitu.arrays.asarray`: never copied) of shape ``(nx, ny, nz)`` for vertex
-fields and ``(nx-1, ny-1, nz-1)`` for element fields, indexed ``[i, j, k]`` in any memory
-order; a flat array is read as Conduit stores it (``i`` fastest). Any integer or float
-dtype (float16 and uint64 included) is kept as given; the kernels convert what they do not
-read directly. Masked arrays are refused (their mask would be lost).
+way, without copying its arrays (keep the node alive while its domains are used: they are
+views of its memory). Values are any host or device array (:func:`insitu.arrays.asarray`:
+never copied), or an xarray ``DataArray`` (duck-typed: ``dims`` and ``data``; its ``data``
+is taken, never ``values``; axes named ``x, y, z`` or ``i, j, k`` in another order are
+transposed into that order, a view). Any integer or float dtype (float16 and uint64
+included) is kept as given; the kernels convert what they do not read directly. Masked
+arrays are refused (their mask would be lost).
+
+Two kinds of domain come back:
+
+- :class:`MeshDomain`, a uniform 3-D grid: ``uniform`` topologies, and 3-D
+  ``rectilinear`` and ``structured`` ones whose coordinates are an evenly spaced
+  axis-aligned lattice (within 1e-5 of a step). Field values are of shape ``(nx, ny, nz)``
+  (vertex) or ``(nx-1, ny-1, nz-1)`` (element), indexed ``[i, j, k]`` in any memory order;
+  a flat array is read as Conduit stores it (``i`` fastest). The real cells must form a
+  box (ghosts around them).
+- :class:`CellDomain`, points and cells (:class:`render.cells.CellMesh`, VTK's cell types
+  and node order, which are Blueprint's: Conduit's face tables wind outward on VTK's
+  positive cells, so the connectivity is taken as given), with ``parse(..., cells=True)``
+  only (without it these are refused ``not supported yet`` with their path, until the
+  pipelines take them): unevenly spaced rectilinear and curvilinear structured grids
+  (hexahedra; quads in 2-D), every 2-D grid, ``unstructured`` topologies of one shape
+  (point, line, tri, quad, tet, hex, wedge, pyramid; polygonal with ``sizes`` and/or
+  ``offsets``), ``mixed`` ones (``shape_map`` names -> VTK codes, the ``shapes`` ids mapped
+  through it; offsets from ``offsets``, ``sizes`` or the shapes' sizes), named groups of
+  elements and Conduit's (deprecated) element stream form, and ``points`` topologies (one
+  VERTEX cell per point). Field values are 1-D, ``(n_points,)`` or ``(n_cells,)`` in
+  Blueprint's order, views of the input (on a grid, an ``[i, j, k]`` array laid out ``i``
+  fastest, i.e. Fortran order, is taken as its flat view; one laid out otherwise is
+  refused, as reading it would copy it). Ghosts are an ``(n_cells,)`` bool mask, any
+  cells. Copies: the points, stacked into one ``(n, 3)`` array (the only copy of the
+  coordinates; grids' connectivity is generated); the connectivity is the input's unless
+  its dtype is under 32 bits or uint64, or its cells do not follow each other. With
+  fields on the device and the topology on the host (a ``conduit.Node``'s), the mesh is
+  built on the device with one :func:`insitu.arrays.to_device` per array: 1 for grids and
+  points topologies (their coordinates, packed), 2 for one fixed-size shape (points,
+  connectivity), 3 for polygons (and their offsets), 4 for mixed shapes (and their
+  types); none when the topology is on the device already.
 
 What is read:
 
 - coordsets ``uniform`` (spacing ``dx/dy/dz`` or ``x/y/z``, origin ``x/y/z`` or
   ``i/j/k``; unknown or non-Cartesian axis names are errors), ``rectilinear`` and
-  ``explicit`` (axes ``x, y[, z]``);
-- topologies ``uniform``, and ``rectilinear`` and ``structured`` ones whose coordinates
-  are an evenly spaced axis-aligned lattice (within 1e-5 of a step): all become uniform
-  grids. Unevenly spaced or curvilinear grids, ``unstructured`` topologies (single shapes
-  or ``mixed`` with ``shape_map``/``shapes``), ``points``, 2-D meshes, ``matsets``,
-  ``specsets`` and ``nestsets`` are validated and then refused with ``not supported yet``
-  and the path. A domain may hold several topologies: the one its fields name is drawn.
-  ``adjsets`` are checked and not needed (ghosts come from the ghost field);
+  ``explicit`` (axes ``x, y[, z]``), 2-D and 3-D;
+- topologies: all of Blueprint's, as above. Refused with a clear error and the path:
+  polyhedral cells (``polyhedral cells are not supported by the filters``), strided
+  structured windows (``elements/dims/offsets``, ``strides``), 1-D meshes, ``matsets``,
+  ``specsets`` and ``nestsets``. A domain may hold several topologies: the one its fields
+  name is read (fields on several are refused). ``adjsets`` are checked and not needed
+  (ghosts come from the ghost field);
 - ghosts: the element field ``ascent_ghosts`` (the adaptor's ``ghost_field``; non-zero =
-  ghost) and ``vtkGhostType`` (VTK's bits: DUPLICATECELL or HIDDENCELL = ghost); the
-  real cells must form a box; without ghosts every cell is real;
+  ghost) and ``vtkGhostType`` (VTK's bits: DUPLICATECELL or HIDDENCELL = ghost); without
+  ghosts every cell is real;
 - ``mcarray`` fields (values ``{x, y, z}``, ``{u, v, w}`` or any component names;
   separate arrays, or views of one interleaved array) become scalar fields: ``<name>/<c>``
   for each component (views, as the Catalyst adaptor names them) and ``<name>/magnitude``,
@@ -44,7 +75,8 @@ A vertex field may carry its per-tile value ranges beside its values,
 ``"tile_ranges": {"span": [si, sj, sk], "values": ...}`` (or an
 :class:`insitu.ranges.TileRanges`; see :func:`insitu.ranges.as_tile_ranges`), which its
 contours pass to marching cubes so that only tiles a level can cross are read.
-:func:`uniform` builds such a dict.
+:func:`uniform` builds such a dict (only uniform grids' fields carry tile ranges), and
+:func:`unstructured` one of points and cells; both pass ``conduit.blueprint.mesh.verify``.
 """
 
 from __future__ import annotations
@@ -173,6 +205,12 @@ class CellDomain:
         2 or 3: the coordinates' dimension (2-D meshes have z = 0).
     topology : str
         The Blueprint topology read.
+
+    Notes
+    -----
+    With device fields and a host topology, the mesh's arrays were uploaded once each by
+    :func:`parse` (see the module's docstring for the count); the filters never copy them
+    again.
     """
 
     domain_id: int
