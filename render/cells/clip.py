@@ -227,25 +227,22 @@ def _clip(mesh: CellMesh, s, value: float, inside, pf: dict, cf: dict) -> Clippe
     if nbad:
         raise ValueError(f"mesh: {nbad} cells that clip cannot split are cut (lines, polygons); it splits "
                          "tri, quad, tet, hex, wedge and pyramid")
+    if numba_path:
+        return _clip_cpu(mesh, s, value, inside, whole, used, n_whole, whole_len, n_used, cut_d, {3: w3, 2: w2},
+                         pf, cf)
     # wholly kept cells
-    if numba_path:
-        widx, wconn, woff, renum = _cpu().gather_whole(conn, off, whole, used, n_whole, whole_len)
+    widx = compact(whole, n_whole)
+    renum = xp.cumsum(used, dtype=xp.int64) - 1
+    if smin == smax:
+        wconn = conn.reshape(-1, smin)[widx].reshape(-1)
+        woff = xp.arange(0, whole_len + 1, smin, dtype=xp.int64)
     else:
-        widx = compact(whole, n_whole)
-        renum = xp.cumsum(used, dtype=xp.int64) - 1
-        if smin == smax:
-            wconn = conn.reshape(-1, smin)[widx].reshape(-1)
-            woff = xp.arange(0, whole_len + 1, smin, dtype=xp.int64)
-        else:
-            woff = xp.concatenate([xp.zeros(1, xp.int64), xp.cumsum(size[widx])])
-            mark = xp.zeros(whole_len, xp.int64)
-            mark[woff[1:-1]] = 1
-            cell_of = xp.cumsum(mark)
-            wconn = conn[off[widx][cell_of] + xp.arange(whole_len, dtype=xp.int64) - woff[cell_of]]
-        wconn = renum[wconn]
-    if numba_path:
-        return _cut_cpu(mesh, s, value, inside, used, renum, n_used, cut_d, {3: w3, 2: w2}, widx, wconn, woff,
-                        pf, cf)
+        woff = xp.concatenate([xp.zeros(1, xp.int64), xp.cumsum(size[widx])])
+        mark = xp.zeros(whole_len, xp.int64)
+        mark[woff[1:-1]] = 1
+        cell_of = xp.cumsum(mark)
+        wconn = conn[off[widx][cell_of] + xp.arange(whole_len, dtype=xp.int64) - woff[cell_of]]
+    wconn = renum[wconn]
     # cut cells: their simplices, sorted kept first and by id, and the keys of their cut edges
     parts = []
     for d, nc, w in ((3, nc3, w3), (2, nc2, w2)):
@@ -308,12 +305,14 @@ _SENTINEL = np.iinfo(np.int64).max
 use_numba = True
 
 
-def _cut_cpu(mesh, s, value, inside, used, renum, n_used, cut_d, widths, widx, wconn, woff, pf, cf) -> Clipped:
-    """The cut cells on the host: the device path's steps, per cell in Numba, to the same
-    output in the same order."""
+def _clip_cpu(mesh, s, value, inside, whole, used, n_whole, whole_len, n_used, cut_d, widths, pf, cf) -> Clipped:
+    """The host path: the device path's steps per cell in Numba, to the same output in the
+    same order, written straight into the output arrays."""
     k = _cpu()
     n = mesh.n_points
     shift = max(n - 1, 1).bit_length()  # edge keys lo << shift | hi
+    renum = k.renumber(used)
+    used_idx = np.flatnonzero(used)
     parts = []
     for d in (3, 2):
         cells = np.flatnonzero(cut_d[d])
@@ -321,25 +320,34 @@ def _cut_cpu(mesh, s, value, inside, used, renum, n_used, cut_d, widths, widx, w
             quads, table, _ = host_tables()[d]
             parts.append((d, *k.split_clip(mesh.connectivity, mesh.offsets, mesh.types, cells, inside, n, shift,
                                            table, quads, widths[d], np.asarray(_PAIRS[d], np.int64))))
-    used_idx = np.flatnonzero(used)
     p = mesh.points
-    if not parts:
-        return _assemble(mesh, widx, [], np.zeros((0, 3), p.dtype), np.zeros(0, np.int64), np.zeros(0),
-                         used_idx, wconn, woff, mesh.types[widx], pf, cf)
-    keys = np.concatenate([q[4].reshape(-1) for q in parts]) if len(parts) > 1 else parts[0][4].reshape(-1)
+    keys = np.concatenate([q[4].reshape(-1) for q in parts]) if parts else np.zeros(0, np.int64)
     lo, hi, uid = k.number_edges(keys, n, shift)
     allp, t = k.new_points(p, used_idx, lo, hi, s, value)
-    newp = allp[len(used_idx):]
-    simps = []
+    simp = {3: (np.zeros((0, 4), np.int64), np.zeros(0, np.int64)), 2: (np.zeros((0, 3), np.int64),
+                                                                       np.zeros(0, np.int64))}
     at = 0
     for d, ids, orig, nk, ek, parent in parts:
         m, ne = ek.shape
         tpl, ok, _ = _host_clip_tables()[d]
         o, src = k.emit(ids, nk, uid[at:at + m * ne].reshape(m, ne), renum, n_used, tpl, ok)
         at += m * ne
-        simps.append((d, _orient(allp, o, p, orig[src]), parent[src]))
-    return _assemble(mesh, widx, simps, newp, lo, t, used_idx, wconn, woff, mesh.types[widx], pf, cf, hi=hi,
-                     allp=allp)
+        simp[d] = (_orient(allp, o, p, orig[src] if d == 2 else None), parent[src])
+    conn, off, types, cells = k.assemble(mesh.connectivity, mesh.offsets, mesh.types, whole, renum, n_whole,
+                                         whole_len, *simp[3], *simp[2])
+    return _carry(CellMesh(allp, conn, off, types), cells, used_idx, lo, hi, t, pf, cf)
+
+
+def _carry(out: CellMesh, cells, used_idx, lo, hi, t, pf, cf) -> Clipped:
+    """The clipped mesh with the fields carried over: point fields at the kept points then
+    interpolated on the cut edges, cell fields from each cell's parent."""
+    xp = out.xp
+    pout = {}
+    for k, f in pf.items():
+        g = f if f.dtype.kind == "f" else f.astype(xp.float64)
+        tt = t.reshape((-1,) + (1,) * (g.ndim - 1))
+        pout[k] = xp.concatenate([g[used_idx], (g[lo] + tt * (g[hi] - g[lo])).astype(g.dtype)])
+    return Clipped(out, pout, {k: f[cells] for k, f in cf.items()}, cells)
 
 
 @functools.cache
@@ -392,26 +400,43 @@ def _cpu():
         return whole, cut3, cut2, used, counts
 
     @numba.njit(cache=True, nogil=True)
-    def gather_whole(conn, off, whole, used, n_whole, whole_len):
+    def renumber(used):
         renum = np.empty(used.shape[0], np.int64)
         k = 0
         for p in range(used.shape[0]):
-            renum[p] = k - 1 + used[p]
+            renum[p] = k - 1 + used[p]  # unused points: never read
             k += used[p]
-        widx = np.empty(n_whole, np.int64)
-        wconn = np.empty(whole_len, np.int64)
-        woff = np.empty(n_whole + 1, np.int64)
-        woff[0] = 0
+        return renum
+
+    @numba.njit(cache=True, nogil=True)
+    def assemble(conn, off, ctypes, whole, renum, n_whole, whole_len, tets, tpar, tris, rpar):
+        """The output cells: the whole ones (renumbered), then the tetrahedra, the triangles."""
+        nc = n_whole + tets.shape[0] + tris.shape[0]
+        oconn = np.empty(whole_len + 4 * tets.shape[0] + 3 * tris.shape[0], np.int64)
+        ooff = np.empty(nc + 1, np.int64)
+        otypes = np.empty(nc, np.uint8)
+        cells = np.empty(nc, np.int64)
+        ooff[0] = 0
         i = at = 0
         for c in range(whole.shape[0]):
             if whole[c]:
-                widx[i] = c
                 for j in range(off[c], off[c + 1]):
-                    wconn[at] = renum[conn[j]]
+                    oconn[at] = renum[conn[j]]
                     at += 1
+                otypes[i] = ctypes[c]
+                cells[i] = c
                 i += 1
-                woff[i] = at
-        return widx, wconn, woff, renum
+                ooff[i] = at
+        for simp, par, code in ((tets, tpar, 10), (tris, rpar, 5)):
+            for r in range(simp.shape[0]):
+                for j in range(simp.shape[1]):
+                    oconn[at] = simp[r, j]
+                    at += 1
+                otypes[i] = code
+                cells[i] = par[r]
+                i += 1
+                ooff[i] = at
+        return oconn, ooff, otypes, cells
 
     @numba.njit(cache=True, nogil=True)
     def orient_tets(pts, o):
@@ -590,7 +615,7 @@ def _cpu():
                 out[nu + i, k] = p[a, k] + t[i] * (p[b, k] - p[a, k])
         return out, t
 
-    return types.SimpleNamespace(classify=classify, gather_whole=gather_whole, orient_tets=orient_tets,
+    return types.SimpleNamespace(classify=classify, renumber=renumber, assemble=assemble, orient_tets=orient_tets,
                                  number_edges=number_edges, new_points=new_points,
                                  split_clip=split_clip, emit=emit)
 
@@ -633,17 +658,11 @@ def _assemble(mesh, widx, simps, newp, lo, t, used_idx, wconn, woff, wtypes, pf,
     types = [wtypes.astype(xp.uint8)] + [xp.full(o.shape[0], TETRA if d == 3 else TRIANGLE, xp.uint8)
                                          for d, o, _ in simps]
     cells = xp.concatenate([widx] + [par for _, _, par in simps])
-    out = CellMesh(allp, xp.concatenate(conn).astype(xp.int64, copy=False), xp.concatenate(offs), xp.concatenate(types))
-    pout = {}
-    for k, f in pf.items():
-        g = f if f.dtype.kind == "f" else f.astype(xp.float64)
-        if hi is None:
-            new = g[:0]
-        else:
-            tt = t.reshape((-1,) + (1,) * (g.ndim - 1))
-            new = (g[lo] + tt * (g[hi] - g[lo])).astype(g.dtype)
-        pout[k] = xp.concatenate([g[used_idx], new])
-    return Clipped(out, pout, {k: f[cells] for k, f in cf.items()}, cells)
+    out = CellMesh(allp, xp.concatenate(conn).astype(xp.int64, copy=False), xp.concatenate(offs),
+                   xp.concatenate(types))
+    if hi is None:
+        lo = hi = xp.zeros(0, xp.int64)
+    return _carry(out, cells, used_idx, lo, hi, t, pf, cf)
 
 
 # ---------------------------------------------------------------------- implicit functions
