@@ -121,8 +121,9 @@ def _face_keys(xp, faces, n_points: int):
         key3 = xp.where(is_tri[:, None], key3, s[:, :3])
         d = xp.where(is_tri, -1, s[:, 3])
         s = xp.concatenate([key3, d[:, None]], axis=1)
-        both = arrays.scalars_to_host(xp.stack([(d >= 0).any(), is_tri.any()]))
-        order = _argsort(xp, d) if all(both) else None
+        # quads: by their largest id first, so that the stable sort by the other three
+        # below leaves faces equal in all four next to each other
+        order = _argsort(xp, d) if arrays.scalar_to_host((d >= 0).any()) else None
     else:
         key3, order = s, None
     if n_points < 2**_PACK_BITS:
