@@ -15,7 +15,7 @@ import pytest
 
 import adaptors
 from adaptors.errors import MeshError
-from adaptors.mesh import VectorField, _tree, parse
+from adaptors.mesh import CellDomain, VectorField, _tree, parse
 
 N = 17  # braid's nodes per axis
 CAMERA = {"position": [0.0, 0.0, 60.0], "look_at": [0.0, 0.0, 0.0], "fov": 40.0}
@@ -278,6 +278,12 @@ def test_rectilinear_even_is_read_as_uniform_uneven_and_polar_are_refused():
     rect["coordsets"]["coords"]["values"]["y"] = np.array([0.0, 0.1, 0.5, 1.0, 2.0])
     with pytest.raises(MeshError, match=r"^coordsets/coords/values/y: unevenly spaced coordinates: not supported"):
         parse(rect)
+    # read as hexahedra (tests/test_blueprint_cells.py): fields 1-D, so [i, j, k] ones laid out i fastest
+    with pytest.raises(MeshError, match=r"fields/T/values: a 4x5x6 \[i, j, k\] array not laid out i fastest"):
+        parse(rect, cells=True)
+    rect["fields"]["T"]["values"] = np.asfortranarray(rect["fields"]["T"]["values"])
+    (c,) = parse(rect, cells=True)
+    assert isinstance(c, CellDomain) and c.mesh.n_cells == 3 * 4 * 5 and c.fields["T"].values.shape == (120,)
     rect["coordsets"]["coords"]["values"] = {"r": x, "theta": y, "z": z}
     with pytest.raises(MeshError, match=r"coordsets/coords/values: non-Cartesian axes .*not supported yet"):
         parse(rect)
@@ -374,6 +380,8 @@ def test_several_topologies_the_fields_pick_one():
     del m["fields"]["T"]
     with pytest.raises(MeshError, match=r"^topologies/cloud: a points topology: not supported yet"):
         parse(m)
+    (c,) = parse(m, cells=True)
+    assert isinstance(c, CellDomain) and c.topology == "cloud" and c.mesh.n_cells == 3
 
 
 def test_unstructured_is_validated_before_it_is_refused():
@@ -392,3 +400,5 @@ def test_unstructured_is_validated_before_it_is_refused():
     m["topologies"]["t"]["elements"] = {"shape": "tet", "connectivity": np.array([0, 1, 2, 3])}
     with pytest.raises(MeshError, match=r"^topologies/t: an unstructured topology \(tet cells\): not supported yet"):
         parse(m)
+    (c,) = parse(m, cells=True)
+    assert isinstance(c, CellDomain) and c.mesh.connectivity.tolist() == [0, 1, 2, 3]

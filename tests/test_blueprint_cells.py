@@ -541,3 +541,33 @@ def test_xarray_dataarray():
     (d,) = parse(grid2d(xr.DataArray(T, dims=("y", "x"))), cells=True)
     assert np.shares_memory(d.fields["f"].values, T)
     np.testing.assert_array_equal(d.fields["f"].values, T.ravel())  # x fastest: Blueprint's order
+
+
+def test_several_topologies_the_fields_pick_the_one_read():
+    T = np.zeros((4, 5, 6))
+    pts = {"x": np.arange(3.0), "y": np.zeros(3), "z": np.ones(3)}
+    m = {"coordsets": {"coords": {"type": "uniform", "dims": {"i": 4, "j": 5, "k": 6}},
+                       "pts": {"type": "explicit", "values": pts}},
+         "topologies": {"mesh": {"type": "uniform", "coordset": "coords"},
+                        "cloud": {"type": "points", "coordset": "pts"}},
+         "fields": {"T": {"association": "vertex", "topology": "mesh", "values": T}}}
+    (d,) = parse(m, cells=True)
+    assert isinstance(d, MeshDomain) and d.dims == (4, 5, 6)
+    m["fields"] = {"p": {"association": "vertex", "topology": "cloud", "values": np.arange(3.0)}}
+    (d,) = parse(m, cells=True)
+    assert isinstance(d, CellDomain) and d.topology == "cloud" and d.mesh.n_cells == 3
+    np.testing.assert_array_equal(d.mesh.points, np.stack([pts["x"], pts["y"], pts["z"]], 1))
+    m["fields"]["T"] = {"association": "vertex", "topology": "mesh", "values": T}
+    with pytest.raises(MeshError, match=r"^fields: fields on several topologies \(cloud, mesh\)"):
+        parse(m, cells=True)
+
+
+def test_strided_structured_and_1d_meshes_are_clear_errors(conduit):
+    node = conduit.Node()
+    conduit.blueprint.mesh.examples.strided_structured(conduit.Node(), 3, 2, 0, node)
+    with pytest.raises(MeshError, match=r"^topologies/mesh/elements/dims: a strided structured window"):
+        parse(node, cells=True)
+    node = conduit.Node()
+    conduit.blueprint.mesh.examples.braid("uniform", NX, 0, 0, node)
+    with pytest.raises(MeshError, match=r"^coordsets/coords/dims: expected i, j \(2-D\) or i, j, k \(3-D\)"):
+        parse(node, cells=True)
