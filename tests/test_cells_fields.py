@@ -158,7 +158,13 @@ def test_point_to_cell_is_vtks(kind):
 def test_unused_points_and_polygons():
     pts = np.array([[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0], [2, 0, 0], [5, 5, 5.0]])
     mesh = cell_mesh(pts, np.array([0, 1, 2, 3, 1, 4, 2]), np.array([7, 5], np.uint8), np.array([0, 4, 7]))
-    np.testing.assert_allclose(cell_to_point(mesh, np.array([1.0, 3.0])), [1, 2, 2, 1, 3, 0])
+    np.testing.assert_allclose(cell_to_point(mesh, np.array([1.0, 3.0])), [1, 2, 2, 1, 3, 0])  # as VTK: 0 unused
+    ug = to_vtk(mesh)
+    add_array(ug.GetCellData(), "v", np.array([1.0, 3.0]))
+    f = vtk.vtkCellDataToPointData()
+    f.SetInputData(ug)
+    f.Update()
+    np.testing.assert_allclose(ns.vtk_to_numpy(f.GetOutput().GetPointData().GetArray("v")), [1, 2, 2, 1, 3, 0])
     np.testing.assert_allclose(point_to_cell(mesh, np.arange(6.0)), [1.5, 7 / 3])
     np.testing.assert_allclose(point_to_cell(mesh, np.arange(6.0), _vectorized=True), [1.5, 7 / 3])
     assert cell_to_point(mesh, np.array([1.0, 3.0], np.float32)).dtype == np.float32
@@ -257,3 +263,4 @@ def test_gradient_rejects_polygons_and_unused_points_are_zero():
     g = gradient(quad, pts[:, 0] * 2)
     np.testing.assert_allclose(g[:4], [[2, 0, 0]] * 4, atol=1e-14)
     np.testing.assert_array_equal(g[4], 0)
+    np.testing.assert_allclose(g, vtk_gradient(quad, pts[:, 0] * 2), atol=1e-14)
