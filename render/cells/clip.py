@@ -321,21 +321,31 @@ def _clip_cpu(mesh, s, value, inside, whole, used, n_whole, whole_len, n_used, c
             parts.append((d, *k.split_clip(mesh.connectivity, mesh.offsets, mesh.types, cells, inside, n, shift,
                                            table, quads, widths[d], np.asarray(_PAIRS[d], np.int64))))
     p = mesh.points
-    keys = np.concatenate([q[4].reshape(-1) for q in parts]) if parts else np.zeros(0, np.int64)
+    keys = np.concatenate([q[4] for q in parts]) if parts else np.zeros(0, np.int64)
     lo, hi, uid = k.number_edges(keys, n, shift)
     allp, t = k.new_points(p, used_idx, lo, hi, s, value)
     simp = {3: (np.zeros((0, 4), np.int64), np.zeros(0, np.int64)), 2: (np.zeros((0, 3), np.int64),
                                                                        np.zeros(0, np.int64))}
     at = 0
-    for d, ids, orig, nk, ek, parent in parts:
-        m, ne = ek.shape
+    for d, ids, orig, nk, dkeys, kst, parent in parts:
         tpl, ok, _ = _host_clip_tables()[d]
-        o, src = k.emit(ids, nk, uid[at:at + m * ne].reshape(m, ne), renum, n_used, tpl, ok)
-        at += m * ne
+        o, src = k.emit(ids, nk, kst, uid[at:at + len(dkeys)], _edge_pos(d), renum, n_used, tpl, ok)
+        at += len(dkeys)
         simp[d] = (_orient(allp, o, p, orig[src] if d == 2 else None), parent[src])
     conn, off, types, cells = k.assemble(mesh.connectivity, mesh.offsets, mesh.types, whole, renum, n_whole,
                                          whole_len, *simp[3], *simp[2])
     return _carry(CellMesh(allp, conn, off, types), cells, used_idx, lo, hi, t, pf, cf)
+
+
+@functools.cache
+def _edge_pos(d: int) -> np.ndarray:
+    """``pos[nk, e]``: the place of edge ``e`` (of _PAIRS) among the cut edges of a simplex
+    with ``nk`` kept points (they come first), -1 where not cut."""
+    pos = np.full((d + 2, len(_PAIRS[d])), -1, np.int64)
+    for nk in range(d + 2):
+        cut = [e for e, (i, j) in enumerate(_PAIRS[d]) if i < nk <= j]
+        pos[nk, cut] = np.arange(len(cut))
+    return pos
 
 
 def _carry(out: CellMesh, cells, used_idx, lo, hi, t, pf, cf) -> Clipped:
@@ -458,14 +468,17 @@ def _cpu():
     def split_clip(conn, off, ctypes, cells, inside, n, shift, table, quads, w, pairs):
         """Per cut cell: its simplices (split as measure.split_cells), each with its points
         sorted kept first and by id, its kept count and the keys of its cut edges
-        (``lo << shift | hi``: ordered as the device path's ``lo * n + hi``)."""
-        sent = np.iinfo(np.int64).max
+        (``lo << shift | hi``: ordered as the device path's ``lo * n + hi``), those of
+        simplex ``r`` at ``keys[kst[r]:kst[r + 1]]`` in the order of `pairs`."""
         nd, ne = table.shape[3], pairs.shape[0]
         mmax = cells.shape[0] * w
         ids_out = np.empty((mmax, nd), np.int64)
         orig = np.empty((mmax, nd), np.int64)
         nk = np.empty(mmax, np.int64)
-        ek = np.empty((mmax, ne), np.int64)
+        keys = np.empty(4 * mmax, np.int64)  # at most 4 cut edges a simplex, kept in order
+        kst = np.empty(mmax + 1, np.int64)
+        kst[0] = 0
+        kn = 0
         parent = np.empty(mmax, np.int64)
         ids = np.empty(8, np.int64)
         key = np.empty(nd, np.int64)
@@ -507,21 +520,24 @@ def _cpu():
                     kept = key[j] < n
                     ids_out[m, j] = key[j] if kept else key[j] - n
                     cnt += kept
+                if cnt == 0:  # gives nothing: not kept (the output's order is unchanged)
+                    continue
                 nk[m] = cnt
                 for e in range(ne):
                     i, j = pairs[e, 0], pairs[e, 1]
                     if key[i] < n and key[j] >= n:
                         x, y = ids_out[m, i], ids_out[m, j]
-                        ek[m, e] = (min(x, y) << shift) | max(x, y)
-                    else:
-                        ek[m, e] = sent
+                        keys[kn] = (min(x, y) << shift) | max(x, y)
+                        kn += 1
                 parent[m] = c
                 m += 1
-        return ids_out[:m], orig[:m], nk[:m], ek[:m], parent[:m]
+                kst[m] = kn
+        return ids_out[:m], orig[:m], nk[:m], keys[:kn], kst[:m + 1], parent[:m]
 
     @numba.njit(cache=True, nogil=True)
-    def emit(ids, nk, uid, renum, n_used, tpl, ok):
-        """The clipped simplices of every simplex by its case, and the row each comes from."""
+    def emit(ids, nk, kst, uid, pos, renum, n_used, tpl, ok):
+        """The clipped simplices of every simplex by its case, and the row each comes from
+        (cut edge ``e`` of simplex ``r`` is ``uid[kst[r] + pos[nk[r], e]]``)."""
         nd = ids.shape[1]
         total = 0
         for r in range(ids.shape[0]):
@@ -535,7 +551,7 @@ def _cpu():
                 if ok[nk[r], si]:
                     for j in range(nd):
                         col = tpl[nk[r], si, j]
-                        out[o, j] = renum[ids[r, col]] if col < nd else n_used + uid[r, col - nd]
+                        out[o, j] = renum[ids[r, col]] if col < nd else n_used + uid[kst[r] + pos[nk[r], col - nd]]
                     src[o] = r
                     o += 1
         return out, src
