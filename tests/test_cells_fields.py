@@ -136,6 +136,7 @@ def test_cell_to_point_is_vtks(kind):
     ref = ns.vtk_to_numpy(f.GetOutput().GetPointData().GetArray("v"))
     np.testing.assert_allclose(cell_to_point(mesh, vals), ref, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(cell_to_point(mesh, vals[:, 1]), ref[:, 1], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(cell_to_point(mesh, vals, _vectorized=True), ref, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("kind", KINDS + ["quad", "tri"])
@@ -219,6 +220,8 @@ def test_gradient_is_vtks(kind):
     vals = field(mesh.points)
     ref = vtk_gradient(mesh, vals)
     np.testing.assert_allclose(gradient(mesh, vals), ref, rtol=1e-9, atol=1e-9)
+    # the path CuPy runs, here on NumPy
+    np.testing.assert_allclose(gradient(mesh, vals, _vectorized=True), ref, rtol=1e-9, atol=1e-9)
 
 
 def test_gradient_of_vectors_is_vtks():
@@ -226,6 +229,7 @@ def test_gradient_of_vectors_is_vtks():
     vals = np.stack([field(mesh.points), mesh.points[:, 0] ** 2, mesh.points[:, 1]], 1)
     ref = vtk_gradient(mesh, vals).reshape(-1, 3, 3)  # VTK: du/dx, du/dy, du/dz, dv/dx, ...
     np.testing.assert_allclose(gradient(mesh, vals), ref, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(gradient(mesh, vals, _vectorized=True), ref, rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize("kind", KINDS + ["quad", "tri"])
@@ -233,12 +237,17 @@ def test_gradient_of_a_linear_field_is_exact(kind):
     mesh = plane(kind=kind) if kind in ("quad", "tri") else split(grid(jitter=0.3), kind)
     grad = np.array([1.5, -2.0, 0.0 if kind in ("quad", "tri") else 0.25])
     used = np.unique(mesh.connectivity)  # the mixed mesh has centres of hexes left whole
-    g = gradient(mesh, mesh.points @ grad + 4.0)[used]
-    np.testing.assert_allclose(g, np.broadcast_to(grad, g.shape), atol=1e-11)
+    for vectorized in (False, True):
+        g = gradient(mesh, mesh.points @ grad + 4.0, _vectorized=vectorized)[used]
+        np.testing.assert_allclose(g, np.broadcast_to(grad, g.shape), atol=1e-11)
     g32 = gradient(cell_mesh(mesh.points.astype(np.float32), mesh.connectivity, mesh.types, mesh.offsets),
                    (mesh.points @ grad).astype(np.float32))
     assert g32.dtype == np.float32
     np.testing.assert_allclose(g32[used], np.broadcast_to(grad, g.shape), atol=2e-4)
+    g32v = gradient(cell_mesh(mesh.points.astype(np.float32), mesh.connectivity, mesh.types, mesh.offsets),
+                    (mesh.points @ grad).astype(np.float32), _vectorized=True)
+    assert g32v.dtype == np.float32
+    np.testing.assert_allclose(g32v[used], np.broadcast_to(grad, g.shape), atol=2e-4)
 
 
 def test_gradient_in_a_tilted_plane():

@@ -18,6 +18,7 @@ grid:
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import numba
@@ -181,7 +182,7 @@ def _scatter_mean(xp, ids, weights, n: int, counts=None):
 # --------------------------------------------------------------------------- public
 
 
-def cell_to_point(mesh: CellMesh, values) -> Any:
+def cell_to_point(mesh: CellMesh, values, *, _vectorized: bool = False) -> Any:
     """Element values to points: each point the mean of the cells that use it.
 
     Parameters
@@ -200,8 +201,12 @@ def cell_to_point(mesh: CellMesh, values) -> Any:
     xp = mesh.xp
     dt = _float_dtype(v.dtype)
     v2 = v.reshape(v.shape[0], -1)
-    cid = cell_of_entry(mesh)
-    out = _scatter_mean(xp, mesh.connectivity, v2[cid].astype(xp.float64), mesh.n_points)
+    if xp is np and not _vectorized:
+        out = np.zeros((mesh.n_points, v2.shape[1]), np.float64)
+        _cell_to_point_cpu(mesh.connectivity, mesh.offsets, v2, out)
+    else:
+        cid = cell_of_entry(mesh)
+        out = _scatter_mean(xp, mesh.connectivity, v2[cid].astype(xp.float64), mesh.n_points)
     return out.astype(dt, copy=False).reshape((mesh.n_points,) + v.shape[1:])
 
 
@@ -292,7 +297,7 @@ def component(vectors: Any | Sequence[Any], i: int) -> Any:
     return cs[int(i)]
 
 
-def gradient(mesh: CellMesh, values) -> Any:
+def gradient(mesh: CellMesh, values, *, _vectorized: bool = False) -> Any:
     """Gradient of a point field, as vtkGradientFilter computes it on an unstructured grid.
 
     At each point: the mean, over the cells using it, of the derivative of the cell's
@@ -326,6 +331,13 @@ def gradient(mesh: CellMesh, values) -> Any:
     if bad:
         raise ValueError(f"mesh: gradient needs triangles, quads, tetrahedra, hexahedra, wedges or pyramids; "
                          f"it has cells of type {bad}")
+    if xp is np and not _vectorized:
+        sums = np.zeros((mesh.n_points, m, 3), np.float64)
+        counts = np.zeros(mesh.n_points, np.int64)
+        dn, ke, dim = _gradient_tables()
+        _gradient_cpu(mesh.points, mesh.connectivity, mesh.offsets, mesh.types, v2, dn, ke, dim, sums, counts)
+        out = (sums / np.maximum(counts, 1)[:, None, None]).astype(dt, copy=False)
+        return out[:, 0, :] if v.ndim == 1 else out
     ids_all, g_all = [], []
     for t, ids in groups:
         conn = cell_points(mesh, t, ids)
@@ -389,3 +401,82 @@ def _point_to_cell_cpu(conn, offsets, values, out):
             for i in range(a, b):
                 acc += values[conn[i], j]
             out[c, j] = acc / (b - a)
+
+
+@numba.njit(cache=True)
+def _cell_to_point_cpu(conn, offsets, values, out):
+    """out[p] = mean of values over the cells using p (out zeroed by the caller)."""
+    m = values.shape[1]
+    count = np.zeros(out.shape[0], np.int64)
+    for c in range(offsets.shape[0] - 1):
+        for i in range(offsets[c], offsets[c + 1]):
+            p = conn[i]
+            count[p] += 1
+            for j in range(m):
+                out[p, j] += values[c, j]
+    for p in range(out.shape[0]):
+        if count[p] > 1:
+            for j in range(m):
+                out[p, j] /= count[p]
+
+
+@functools.cache
+def _gradient_tables():
+    """Derivative tables by type code for the CPU loop: (16, 8, 3, 8), evaluation points
+    per type (16,) and topological dimensions (16,)."""
+    dn = np.zeros((16, 8, 3, 8))
+    ke = np.zeros(16, np.int64)
+    dim = np.zeros(16, np.int64)
+    for t in SHAPED:
+        d = _vertex_derivatives(t)
+        dn[t, :d.shape[0], :, :d.shape[2]] = d
+        ke[t] = d.shape[0]
+        dim[t] = CELL_DIM[t]
+    return dn, ke, dim
+
+
+@numba.njit(cache=True)
+def _gradient_cpu(points, conn, offsets, types, values, dn, ke, dim, sums, counts):
+    """The vectorized gradient's arithmetic a cell at a time, summed into sums (n, m, 3)."""
+    m = values.shape[1]
+    a = np.empty((3, 3))
+    d = np.empty((3, m))
+    g = np.empty((3, m))
+    cr = np.empty((3, 3))
+    for c in range(types.shape[0]):
+        t = types[c]
+        st = offsets[c]
+        k = offsets[c + 1] - st
+        for e in range(ke[t]):
+            a[:, :] = 0.0
+            d[:, :] = 0.0
+            for i in range(k):
+                p = conn[st + i]
+                for q in range(3):
+                    w = dn[t, e, q, i]
+                    for x in range(3):
+                        a[q, x] += w * points[p, x]
+                    for j in range(m):
+                        d[q, j] += w * values[p, j]
+            if dim[t] == 2:  # the in-plane solution: a third row normal to the cell, no change along it
+                a[2, 0] = a[0, 1] * a[1, 2] - a[0, 2] * a[1, 1]
+                a[2, 1] = a[0, 2] * a[1, 0] - a[0, 0] * a[1, 2]
+                a[2, 2] = a[0, 0] * a[1, 1] - a[0, 1] * a[1, 0]
+                d[2, :] = 0.0
+            for q in range(3):  # cr[q] = a[q + 1] x a[q + 2]
+                u, v = (q + 1) % 3, (q + 2) % 3
+                cr[q, 0] = a[u, 1] * a[v, 2] - a[u, 2] * a[v, 1]
+                cr[q, 1] = a[u, 2] * a[v, 0] - a[u, 0] * a[v, 2]
+                cr[q, 2] = a[u, 0] * a[v, 1] - a[u, 1] * a[v, 0]
+            det = a[0, 0] * cr[0, 0] + a[0, 1] * cr[0, 1] + a[0, 2] * cr[0, 2]
+            inv = 0.0 if det == 0.0 else 1.0 / det
+            for x in range(3):
+                for j in range(m):
+                    g[x, j] = (cr[0, x] * d[0, j] + cr[1, x] * d[1, j] + cr[2, x] * d[2, j]) * inv
+            lo, hi = (0, k) if ke[t] == 1 else (e, e + 1)  # a simplex's one gradient goes to all its points
+            for i in range(lo, hi):
+                p = conn[st + i]
+                counts[p] += 1
+                for j in range(m):
+                    for x in range(3):
+                        sums[p, j, x] += g[x, j]
