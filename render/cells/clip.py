@@ -324,16 +324,27 @@ def _clip_cpu(mesh, s, value, inside, whole, used, n_whole, whole_len, n_used, c
     keys = np.concatenate([q[4] for q in parts]) if parts else np.zeros(0, np.int64)
     lo, hi, uid = k.number_edges(keys, n, shift)
     allp, t = k.new_points(p, used_idx, lo, hi, s, value)
-    simp = {3: (np.zeros((0, 4), np.int64), np.zeros(0, np.int64)), 2: (np.zeros((0, 3), np.int64),
-                                                                       np.zeros(0, np.int64))}
+    nout = {q[0]: int(_host_clip_tables()[q[0]][1].sum(axis=1)[q[3]].sum()) for q in parts}  # by kept count
+    n3, n2 = nout.get(3, 0), nout.get(2, 0)
+    nc = n_whole + n3 + n2
+    conn, off = np.empty(whole_len + 4 * n3 + 3 * n2, np.int64), np.empty(nc + 1, np.int64)
+    types, cells = np.empty(nc, np.uint8), np.empty(nc, np.int64)
+    k.assemble_whole(mesh.connectivity, mesh.offsets, mesh.types, whole, renum, conn, off, types, cells)
     at = 0
     for d, ids, orig, nk, dkeys, kst, parent in parts:
         tpl, ok, _ = _host_clip_tables()[d]
-        o, src = k.emit(ids, nk, kst, uid[at:at + len(dkeys)], _edge_pos(d), renum, n_used, tpl, ok)
+        duid = uid[at:at + len(dkeys)]
         at += len(dkeys)
-        simp[d] = (_orient(allp, o, p, orig[src] if d == 2 else None), parent[src])
-    conn, off, types, cells = k.assemble(mesh.connectivity, mesh.offsets, mesh.types, whole, renum, n_whole,
-                                         whole_len, *simp[3], *simp[2])
+        if d == 3:
+            k.emit_tets(ids, nk, kst, duid, _edge_pos(3), renum, n_used, tpl, ok, allp, parent, n_whole, whole_len,
+                        conn, off, types, cells)
+        else:  # after the tetrahedra
+            o, src = k.emit(ids, nk, kst, duid, _edge_pos(2), renum, n_used, tpl, ok)
+            c0, e0 = n_whole + n3, whole_len + 4 * n3
+            conn[e0:] = _orient(allp, o, p, orig[src]).reshape(-1)
+            off[c0 + 1:] = e0 + 3 * np.arange(1, n2 + 1)
+            types[c0:] = TRIANGLE
+            cells[c0:] = parent[src]
     return _carry(CellMesh(allp, conn, off, types), cells, used_idx, lo, hi, t, pf, cf)
 
 
@@ -419,13 +430,8 @@ def _cpu():
         return renum
 
     @numba.njit(cache=True, nogil=True)
-    def assemble(conn, off, ctypes, whole, renum, n_whole, whole_len, tets, tpar, tris, rpar):
-        """The output cells: the whole ones (renumbered), then the tetrahedra, the triangles."""
-        nc = n_whole + tets.shape[0] + tris.shape[0]
-        oconn = np.empty(whole_len + 4 * tets.shape[0] + 3 * tris.shape[0], np.int64)
-        ooff = np.empty(nc + 1, np.int64)
-        otypes = np.empty(nc, np.uint8)
-        cells = np.empty(nc, np.int64)
+    def assemble_whole(conn, off, ctypes, whole, renum, oconn, ooff, otypes, cells):
+        """The whole cells (renumbered) at the front of the output arrays."""
         ooff[0] = 0
         i = at = 0
         for c in range(whole.shape[0]):
@@ -437,16 +443,37 @@ def _cpu():
                 cells[i] = c
                 i += 1
                 ooff[i] = at
-        for simp, par, code in ((tets, tpar, 10), (tris, rpar, 5)):
-            for r in range(simp.shape[0]):
-                for j in range(simp.shape[1]):
-                    oconn[at] = simp[r, j]
-                    at += 1
-                otypes[i] = code
-                cells[i] = par[r]
+
+    @numba.njit(cache=True, nogil=True)
+    def emit_tets(ids, nk, kst, uid, pos, renum, n_used, tpl, ok, pts, parent, i, at, oconn, ooff, otypes, cells):
+        """:func:`emit` for tetrahedra, written into the output arrays from cell `i` (conn
+        entry `at`) on, turned to positive volume as :func:`orient_tets`."""
+        q = np.empty(4, np.int64)
+        for r in range(ids.shape[0]):
+            for si in range(tpl.shape[1]):
+                if not ok[nk[r], si]:
+                    continue
+                for j in range(4):
+                    col = tpl[nk[r], si, j]
+                    q[j] = renum[ids[r, col]] if col < 4 else n_used + uid[kst[r] + pos[nk[r], col - 4]]
+                a, b, c, d = q[0], q[1], q[2], q[3]
+                ax, ay, az = np.float64(pts[a, 0]), np.float64(pts[a, 1]), np.float64(pts[a, 2])
+                e00, e01, e02 = np.float64(pts[b, 0]) - ax, np.float64(pts[b, 1]) - ay, np.float64(pts[b, 2]) - az
+                e10, e11, e12 = np.float64(pts[c, 0]) - ax, np.float64(pts[c, 1]) - ay, np.float64(pts[c, 2]) - az
+                e20, e21, e22 = np.float64(pts[d, 0]) - ax, np.float64(pts[d, 1]) - ay, np.float64(pts[d, 2]) - az
+                c0 = e01 * e12 - e02 * e11
+                c1 = e02 * e10 - e00 * e12
+                c2 = e00 * e11 - e01 * e10
+                flip = c0 * e20 + c1 * e21 + c2 * e22 < 0
+                oconn[at] = a
+                oconn[at + 1] = c if flip else b
+                oconn[at + 2] = b if flip else c
+                oconn[at + 3] = d
+                at += 4
+                otypes[i] = 10
+                cells[i] = parent[r]
                 i += 1
                 ooff[i] = at
-        return oconn, ooff, otypes, cells
 
     @numba.njit(cache=True, nogil=True)
     def orient_tets(pts, o):
@@ -631,7 +658,8 @@ def _cpu():
                 out[nu + i, k] = p[a, k] + t[i] * (p[b, k] - p[a, k])
         return out, t
 
-    return types.SimpleNamespace(classify=classify, renumber=renumber, assemble=assemble, orient_tets=orient_tets,
+    return types.SimpleNamespace(classify=classify, renumber=renumber, assemble_whole=assemble_whole,
+                                 emit_tets=emit_tets, orient_tets=orient_tets,
                                  number_edges=number_edges, new_points=new_points,
                                  split_clip=split_clip, emit=emit)
 
