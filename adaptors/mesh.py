@@ -765,9 +765,9 @@ _SHAPES: dict[str, int | None] = {"point": 1, "line": 2, "tri": 3, "quad": 4, "t
                                   "pyramid": 5, "polygonal": None, "polyhedral": None}
 
 
-def _check_elements(el, epath: str, axes: list, topo, tpath: str) -> str:
+def _check_elements(el, epath: str, axes: list, topo, tpath: str) -> tuple[str, Any]:
     """Validate elements of one shape or of ``mixed`` ones (shape_map, shapes); return the
-    shape's name."""
+    shape's name and, for mixed ones, each cell's VTK code (None where polyhedral)."""
     shape = _get(el, "shape", epath)
     poly = shape == "polyhedral" or (shape == "mixed" and "polyhedral" in _get(el, "shape_map", epath))
     if poly:  # cells are lists of faces: the faces (subelements) index the points
@@ -783,14 +783,11 @@ def _check_elements(el, epath: str, axes: list, topo, tpath: str) -> str:
         for name in smap:
             if name not in _SHAPES:
                 raise MeshError(f"{epath}shape_map/{name}: unknown shape; shapes: {', '.join(_SHAPES)}")
-        ids = {_number(v, f"{epath}shape_map/{k}", integer=True) for k, v in smap.items()}
+        ids = {int(_number(v, f"{epath}shape_map/{k}", integer=True)): str(k) for k, v in smap.items()}
         if len(ids) != len(smap):
             raise MeshError(f"{epath}shape_map: two shapes share an id")
         shapes = _int_array(_get(el, "shapes", epath), f"{epath}shapes")
-        bad = set(np.unique(arrays.to_host(shapes)).tolist()) - ids if shapes.size else set()
-        if bad:
-            raise MeshError(f"{epath}shapes: ids {sorted(bad)} are not in shape_map ({sorted(ids)})")
-        return f"mixed {'/'.join(map(str, smap))}"
+        return f"mixed {'/'.join(map(str, smap))}", _shape_codes(shapes, ids, f"{epath}shapes")
     if shape not in _SHAPES:
         raise MeshError(f"{epath}shape: expected one of {', '.join(_SHAPES)} or mixed, got {shape!r}")
     k = _SHAPES[shape]
@@ -799,7 +796,33 @@ def _check_elements(el, epath: str, axes: list, topo, tpath: str) -> str:
                         f"({k} nodes each)")
     if k is None and "sizes" not in el and "offsets" not in el:
         raise MeshError(f"{epath}sizes: missing ({shape} cells need their sizes or offsets)")
-    return str(shape)
+    return str(shape), None
+
+
+def _shape_codes(shapes, ids: dict[int, str], path: str):
+    """Each cell's VTK code (polyhedral: 0) from its Blueprint shape id, by one lookup in a
+    table over the ids' range (searchsorted where that range is huge)."""
+    xp = arrays.get_array_module(shapes)
+    keys = np.array(sorted(ids), np.int64)
+    codes = np.array([SHAPE_TYPES.get(ids[i], 0) for i in keys], np.uint8)
+    s = shapes.astype(np.int64, copy=False)
+    lo, span = int(keys[0]), int(keys[-1] - keys[0]) + 1
+    if span <= 1 << 16:
+        table = np.full(span + 1, 255, np.uint8)  # the last entry: ids out of range
+        table[keys - lo] = codes
+        idx = s - lo
+        idx = xp.where((idx < 0) | (idx >= span), span, idx)
+        out = xp.asarray(table)[idx]
+        if bool((out == 255).any()):
+            bad = arrays.to_host(shapes[out == 255])
+            raise MeshError(f"{path}: ids {sorted(set(bad.tolist()))} are not in shape_map ({sorted(ids)})")
+        return out
+    pos = xp.minimum(xp.searchsorted(xp.asarray(keys), s), keys.shape[0] - 1)
+    known = xp.asarray(keys)[pos] == s
+    if not bool(known.all()):
+        bad = arrays.to_host(shapes[~known])
+        raise MeshError(f"{path}: ids {sorted(set(bad.tolist()))} are not in shape_map ({sorted(ids)})")
+    return xp.asarray(codes)[pos]
 
 
 _POLYHEDRA = "polyhedral cells are not supported by the filters (cells bounded by polygon lists)"
@@ -841,24 +864,17 @@ def _unstructured_cells(topo, tpath: str, axes: list) -> _Cells:
 def _shaped(el, epath: str, axes: list, topo, tpath: str):
     """(connectivity, types, CSR offsets or None, cells, label) of elements of one shape or
     of ``mixed`` shapes; types: a VTK code, or one per cell."""
-    shape = _check_elements(el, epath, axes, topo, tpath)
+    shape, mixed_types = _check_elements(el, epath, axes, topo, tpath)
     conn = _int_array(el["connectivity"], f"{epath}connectivity")
     xp = arrays.get_array_module(conn)
     if shape == "polyhedral":
         raise MeshError(f"{epath}shape: {_POLYHEDRA}")
     types: Any
     if shape.startswith("mixed"):
-        smap = {str(k): int(_number(v, f"{epath}shape_map/{k}", integer=True)) for k, v in el["shape_map"].items()}
-        shapes = _int_array(el["shapes"], f"{epath}shapes")
-        pid = smap.get("polyhedral")
-        if pid is not None and shapes.size and bool((shapes == pid).any()):
+        types = mixed_types
+        if types.size and bool((types == 0).any()):  # 0: the polyhedral id
             raise MeshError(f"{epath}shape_map/polyhedral: {_POLYHEDRA}")
-        # shape ids (any integers Blueprint names in shape_map) -> VTK's codes, by lookup
-        ids = sorted((i, SHAPE_TYPES[n]) for n, i in smap.items() if n in SHAPE_TYPES)
-        keys = xp.asarray(np.array([i for i, _ in ids], np.int64))
-        codes = xp.asarray(np.array([c for _, c in ids], np.uint8))
-        types = codes[xp.searchsorted(keys, shapes.astype(np.int64))]
-        n_cells = int(shapes.shape[0])
+        n_cells = int(types.shape[0])
         fixed = xp.asarray(_CELL_SIZES)[types.astype(np.int64)]
         conn, offsets = _csr(el, epath, conn, n_cells, fixed if bool((fixed > 0).all()) else None)
         return conn, types, offsets, n_cells, shape

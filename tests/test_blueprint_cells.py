@@ -391,6 +391,18 @@ def test_shape_map_ids_that_are_not_vtk_codes():
     (d,) = parse(m, cells=True)
     assert d.mesh.types.tolist() == [vtk.VTK_TRIANGLE, vtk.VTK_QUAD, vtk.VTK_POLYGON, vtk.VTK_TRIANGLE]
     assert d.mesh.offsets.tolist() == [0, 3, 7, 10, 13] and d.topology == "t"
+    el["shape_map"] = {"quad": 0, "tri": 10 ** 9, "polygonal": 3}  # ids far apart: looked up otherwise
+    el["shapes"] = np.array([10 ** 9, 0, 3, 10 ** 9])
+    (e,) = parse(m, cells=True)
+    assert e.mesh.types.tolist() == d.mesh.types.tolist()
+    el["shapes"] = np.array([10 ** 9, 0, 4, 10 ** 9])
+    with pytest.raises(MeshError, match=r"^topologies/t/elements/shapes: ids \[4\] are not in shape_map"):
+        parse(m, cells=True)
+    el["shape_map"] = {"quad": 0, "tri": 7, "polygonal": 3}
+    el["shapes"] = np.array([7, 0, 3, -2])
+    with pytest.raises(MeshError, match=r"^topologies/t/elements/shapes: ids \[-2\] are not in shape_map"):
+        parse(m, cells=True)
+    el["shapes"] = np.array([7, 0, 3, 7])
     el["sizes"] = np.array([3, 4, 2, 3])
     el["connectivity"] = np.array([1, 4, 2, 0, 1, 2, 3, 0, 1, 2, 3, 4])
     with pytest.raises(MeshError, match=r"^topologies/t: offsets: cell 2 \(type 7\) has 2 points"):
