@@ -455,14 +455,14 @@ def _cell_domain(did: int, read: _Cells, given: Mapping, p: str, tname: str, gho
         _field(fields, str(name), f, f"{p}fields/{name}/", tname,
                lambda v, assoc, path: _cell_values(v, read.n_points if assoc == "vertex" else read.n_cells,
                                                     read.grid, assoc, path), ranges=False)
+    device = any(arrays.is_device_array(a) for f in fields.values()  # the ghost fields too
+                 for a in (f.components.values() if f.components else (f.values,)))
     ghosts = None
     for gname, bits in ((ghost_field, None), (_VTK_GHOSTS, _VTK_HIDDEN)):
         g = _ghost_field(fields, gname, bits, f"{p}fields/{gname}/")
         if g is not None:
             mask = g != 0 if bits is None else (g & bits) != 0
             ghosts = mask if ghosts is None else ghosts | mask
-    device = any(arrays.is_device_array(a) for f in fields.values()
-                 for a in (f.components.values() if f.components else (f.values,)))
     try:
         mesh = read.build(device)
     except ValueError as e:  # render.cells' checks of what the topology holds
