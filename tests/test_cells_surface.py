@@ -159,6 +159,18 @@ def test_large_ids_take_the_lexsort_path():
                                       canonical(outer_surface(mesh).faces))
 
 
+def test_a_face_of_three_cells_is_not_drawn():
+    # non-manifold: three tets on one triangle. vtkDataSetSurfaceFilter draws only faces
+    # used by one cell, as we do; vtkGeometryFilter cancels faces in pairs (draws it once)
+    pts = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0.2, 0.2, 1], [0.3, 0.2, -1], [0.2, 0.3, 2]], float)
+    mesh = cell_mesh(pts, np.array([0, 1, 2, 3, 0, 2, 1, 4, 0, 1, 2, 5]), TETRA)
+    ref, _ = vtk_surface(mesh, "vtkDataSetSurfaceFilter")
+    for vectorized in (False, True):
+        s = outer_surface(mesh, _vectorized=vectorized)
+        np.testing.assert_array_equal(unoriented(s.faces), unoriented(ref))
+        assert s.n_faces == 9
+
+
 def test_empty_and_errors():
     mesh = split(grid((2, 2, 2)), "hex")
     s = outer_surface(mesh, hidden=np.ones(mesh.n_cells, bool))

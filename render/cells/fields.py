@@ -2,10 +2,10 @@
 
 Everything is written once against the array module of the mesh (NumPy or CuPy) and is
 vectorized over cells: cells are taken a type at a time, and per-point sums are scattered
-with ``bincount`` (which both backends have, with weights); only :func:`point_to_cell` has
-a Numba loop for NumPy input (one pass over the cells, where the vectorized form makes a
-(cells, points per cell) temporary). The results follow VTK's filters on an unstructured
-grid:
+with ``bincount`` (which both backends have, with weights). On NumPy input the same
+arithmetic runs as Numba loops, a cell at a time (no (cells, points per cell) temporaries);
+``_vectorized=True`` runs the CuPy form on NumPy (tests). The results follow VTK's filters
+on an unstructured grid:
 
 - :func:`cell_to_point` is vtkCellDataToPointData (each point: the mean of the cells
   using it; points used by no cell get 0);

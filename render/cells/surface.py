@@ -368,6 +368,8 @@ def _boundary_cpu(points, conn, offsets, types, keep, present, tri, quad, ntri, 
     for bb in range(npts):
         lo, hi = count[bb], count[bb + 1]
         for i in range(lo, hi):
+            if shared[codes[i]]:  # its twin (an earlier face) has marked it, and all equal ones after it
+                continue
             h = hv[i]
             for j in range(i + 1, hi):
                 if hv[j] == h:
