@@ -393,8 +393,9 @@ def _cpu():
             k = 0
             for j in range(a, b):
                 p = conn[j]
-                ref[p] = True
-                k += inside[p]
+                if inside[p]:  # only kept points need to be known as used
+                    ref[p] = True
+                    k += 1
             size = b - a
             smin, smax = min(smin, size), max(smax, size)
             whole[c] = k == size
