@@ -1,16 +1,21 @@
 """A field of a :class:`CellMesh` sampled on a uniform grid (vtkResampleToImage / vtkProbeFilter).
 
 Volume rendering of an unstructured mesh is done this way: resample the field onto a
-uniform grid, then ray cast that grid like any uniform volume (``render.volume``); grid
-points outside every cell are NaN, which the ray caster treats as transparent.
+uniform grid, then ray cast that grid like any uniform volume (``render.volume``, with the
+origin and spacing :func:`sample_grid` gives: ``vol[i, j, k]`` sits at ``origin + (i, j, k)
+* spacing`` there as here); grid points outside every cell are NaN, which the ray caster
+treats as transparent. The grid's resolution is the user's choice (cells smaller than the
+spacing are sampled, not integrated).
 
-Each 3-D cell is tested against the grid points inside its bounding box (cells are
-binned into the grid, a type at a time, vectorized over (cell, grid point) pairs on
-either backend): tetrahedra by their barycentric coordinates, hexahedra, wedges and
-pyramids by inverting their isoparametric map with Newton's method (as VTK's
-EvaluatePosition does), so the values are those of the cell's own interpolant (trilinear
-in a hexahedron, not that of a split into tetrahedra). A grid point on a face shared by
-two cells takes either cell's value (the same for a point field).
+Each 3-D cell is tested against the grid points inside its bounding box: on NumPy a
+Numba loop over cells (Newton starting from the previous point's solution), on CuPy
+vectorized over (cell, grid point) pairs, a type at a time, in chunks. Tetrahedra by
+their barycentric coordinates, hexahedra, wedges and pyramids by inverting their
+isoparametric map with Newton's method (as VTK's EvaluatePosition does), so the values
+are those of the cell's own interpolant (trilinear in a hexahedron, not that of a split
+into tetrahedra). A grid point on a face shared by two cells takes either cell's value
+(the same for a point field). Unlike VTK, a point must be inside a cell up to round-off
+(VTK accepts 1e-3 outside in parametric units and extrapolates there).
 """
 
 from __future__ import annotations
@@ -34,8 +39,8 @@ INSIDE_TOL = 1e-9
 NEWTON_STEPS = 10
 #: A Newton step this small (in parametric units) has converged.
 NEWTON_TOL = 1e-12
-#: (cell, grid point) pairs processed at once (bounds the temporaries to a few hundred MB).
-PAIRS_PER_CHUNK = 1 << 21
+#: (cell, grid point) pairs processed at once on the GPU (about 1 kB of temporaries each).
+PAIRS_PER_CHUNK = 1 << 20
 
 watch_jit(__name__)
 

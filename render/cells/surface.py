@@ -5,8 +5,11 @@ vtkDataSetSurfaceFilter / vtkGeometryFilter find it), as triangles oriented outw
 the 2-D cells themselves (triangles, quads and polygons, as triangles in their own
 winding). Vertices and lines are not part of a surface and are left out.
 
-Faces are matched by sorting a key of their sorted point ids (one ``argsort`` on either
-backend); a face met once is on the boundary. Each boundary face keeps the winding of
+Faces are matched by sorting a key of their sorted point ids (CuPy; NumPy with
+``_vectorized=True``) or, on the CPU, in buckets of their smallest point id (a Numba
+loop, as VTK does; the same triangles in the same order). A face met once is on the
+boundary; one met three times or more (non-manifold) is not, as in
+vtkDataSetSurfaceFilter (vtkGeometryFilter cancels faces in pairs instead). Each boundary face keeps the winding of
 VTK's face order of its cell, flipped where it points into the cell (inverted cells),
 so the surface is outward whatever the input's orientation.
 
