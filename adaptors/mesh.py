@@ -410,7 +410,7 @@ def _domain(m, p: str, index: int, ghost_field: str, cells: bool) -> MeshDomain 
     coordsets = _map(_get(m, "coordsets", p), f"{p}coordsets/", "coordsets")
     csname = _coordset_name(topo, coordsets, tpath)
     cpath = f"{p}coordsets/{csname}/"
-    read = _topology(_get(topo, "type", tpath), topo, tpath, coordsets[csname], cpath)
+    read = _topology(_get(topo, "type", tpath), topo, tpath, coordsets[csname], cpath, cells)
     if isinstance(read, _Cells) and not cells:
         raise _unsupported(read.path, read.what, _CELLS_HINT)
     if "adjsets" in m:
@@ -531,9 +531,9 @@ class _Cells:
     build: Callable[[bool], CellMesh]
 
 
-def _topology(ttype, topo, tpath: str, cs, cpath: str) -> tuple | _Cells:
+def _topology(ttype, topo, tpath: str, cs, cpath: str, cells: bool) -> tuple | _Cells:
     """(dims, origin, spacing) of a 3-D uniform grid, or the :class:`_Cells` of any other
-    topology over coordset `cs`."""
+    topology over coordset `cs` (`cells`: to be built, which checks the connectivity's ids)."""
     kinds = _TOPOLOGY_COORDS.get(ttype)
     if kinds is None:
         raise MeshError(f"{tpath}type: expected one of {', '.join(_TOPOLOGY_COORDS)}, got {ttype!r}")
@@ -545,7 +545,7 @@ def _topology(ttype, topo, tpath: str, cs, cpath: str) -> tuple | _Cells:
     if ttype == "points":
         return _point_cells(ctype, cs, tpath, cpath)
     if ttype == "unstructured":
-        return _unstructured_cells(topo, tpath, _explicit(cs, cpath))
+        return _unstructured_cells(topo, tpath, _explicit(cs, cpath), check=not cells)
     if ttype == "uniform":
         dims, origin, spacing = _uniform_coords(cs, cpath)
         _one_cell(dims, f"{cpath}dims")
@@ -765,9 +765,10 @@ _SHAPES: dict[str, int | None] = {"point": 1, "line": 2, "tri": 3, "quad": 4, "t
                                   "pyramid": 5, "polygonal": None, "polyhedral": None}
 
 
-def _check_elements(el, epath: str, axes: list, topo, tpath: str) -> tuple[str, Any]:
+def _check_elements(el, epath: str, axes: list, topo, tpath: str, check: bool = True) -> tuple[str, Any]:
     """Validate elements of one shape or of ``mixed`` ones (shape_map, shapes); return the
-    shape's name and, for mixed ones, each cell's VTK code (None where polyhedral)."""
+    shape's name and, for mixed ones, each cell's VTK code (0 where polyhedral). The
+    connectivity's ids are checked here where `check` (else by the mesh built from them)."""
     shape = _get(el, "shape", epath)
     poly = shape == "polyhedral" or (shape == "mixed" and "polyhedral" in _get(el, "shape_map", epath))
     if poly:  # cells are lists of faces: the faces (subelements) index the points
@@ -775,7 +776,7 @@ def _check_elements(el, epath: str, axes: list, topo, tpath: str) -> tuple[str, 
         _check_elements(sub, f"{tpath}subelements/", axes, {}, tpath)
     conn = _int_array(_get(el, "connectivity", epath), f"{epath}connectivity")
     npts = int(axes[0][1].shape[0])
-    if conn.size and not poly and (int(conn.min()) < 0 or int(conn.max()) >= npts):
+    if check and conn.size and not poly and (int(conn.min()) < 0 or int(conn.max()) >= npts):
         raise MeshError(f"{epath}connectivity: indices must lie in [0, {npts}), got {int(conn.min())} .. "
                         f"{int(conn.max())}")
     if shape == "mixed":
@@ -828,17 +829,17 @@ def _shape_codes(shapes, ids: dict[int, str], path: str):
 _POLYHEDRA = "polyhedral cells are not supported by the filters (cells bounded by polygon lists)"
 
 
-def _unstructured_cells(topo, tpath: str, axes: list) -> _Cells:
+def _unstructured_cells(topo, tpath: str, axes: list, *, check: bool) -> _Cells:
     """An unstructured topology: elements of one shape, ``mixed`` ones (``shape_map``,
     ``shapes``), named groups of elements, or the element stream form."""
     epath = f"{tpath}elements/"
     el = _get(topo, "elements", tpath)
     if isinstance(el, Mapping) and "shape" in el:
-        conn, types, offsets, n_cells, label = _shaped(el, epath, axes, topo, tpath)
+        conn, types, offsets, n_cells, label = _shaped(el, epath, axes, topo, tpath, check)
     elif isinstance(el, Mapping) and "element_types" in el:
         conn, types, offsets, n_cells, label = _stream(el, epath)
     elif isinstance(el, (Mapping, list)) and el:
-        conn, types, offsets, n_cells, label = _groups(el, epath, axes, topo, tpath)
+        conn, types, offsets, n_cells, label = _groups(el, epath, axes, topo, tpath, check)
     else:
         raise MeshError(f"{epath.rstrip('/')}: expected a map with shape and connectivity (or groups of such "
                         f"maps, or element_types and stream), got {type(el).__name__}")
@@ -861,10 +862,10 @@ def _unstructured_cells(topo, tpath: str, axes: list) -> _Cells:
     return _Cells(tpath.rstrip("/"), what, len(axes), int(axes[0][1].shape[0]), n_cells, None, build)
 
 
-def _shaped(el, epath: str, axes: list, topo, tpath: str):
+def _shaped(el, epath: str, axes: list, topo, tpath: str, check: bool):
     """(connectivity, types, CSR offsets or None, cells, label) of elements of one shape or
     of ``mixed`` shapes; types: a VTK code, or one per cell."""
-    shape, mixed_types = _check_elements(el, epath, axes, topo, tpath)
+    shape, mixed_types = _check_elements(el, epath, axes, topo, tpath, check)
     conn = _int_array(el["connectivity"], f"{epath}connectivity")
     xp = arrays.get_array_module(conn)
     if shape == "polyhedral":
@@ -888,7 +889,7 @@ def _shaped(el, epath: str, axes: list, topo, tpath: str):
     return conn, types, offsets, n_cells, shape
 
 
-def _groups(el, epath: str, axes: list, topo, tpath: str):
+def _groups(el, epath: str, axes: list, topo, tpath: str, check: bool):
     """Named groups of elements (each of one shape or mixed), their cells one group after
     another: the connectivity is concatenated (a copy)."""
     items = list(el.items()) if isinstance(el, Mapping) else list(enumerate(el))
@@ -898,7 +899,7 @@ def _groups(el, epath: str, axes: list, topo, tpath: str):
         gpath = f"{epath}{name}/"
         if not isinstance(g, Mapping) or "shape" not in g:
             raise MeshError(f"{gpath.rstrip('/')}: expected a group of elements (shape, connectivity)")
-        conn, t, off, n, label = _shaped(g, gpath, axes, topo, tpath)
+        conn, t, off, n, label = _shaped(g, gpath, axes, topo, tpath, check)
         xp = arrays.get_array_module(conn)
         if off is None:
             k = int(_CELL_SIZES[t])

@@ -583,3 +583,12 @@ def test_strided_structured_and_1d_meshes_are_clear_errors(conduit):
     conduit.blueprint.mesh.examples.braid("uniform", NX, 0, 0, node)
     with pytest.raises(MeshError, match=r"^coordsets/coords/dims: expected i, j \(2-D\) or i, j, k \(3-D\)"):
         parse(node, cells=True)
+
+
+def test_connectivity_out_of_range_is_an_error_naming_the_topology():
+    p, _, hexes, *_ = cube_cells()
+    for conn in (np.array(hexes[:7] + [8]), np.array(hexes[:7] + [-1])):
+        with pytest.raises(MeshError, match=r"^topologies/mesh: connectivity: ids must lie in \[0, 8\)"):
+            parse(unstructured(p, conn, "hex"), cells=True)
+        with pytest.raises(MeshError, match=r"^topologies/mesh/elements/connectivity: indices must lie in \[0, 8\)"):
+            parse(unstructured(p, conn, "hex"))  # checked before it is refused
