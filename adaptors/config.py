@@ -331,6 +331,19 @@ SCHEMA: dict[str, Any] = {
             "path": P("str", "file per step (%d-style formats take the step); one group per domain", required=True),
             "fields": P("names", "fields to write (default: all)"),
         },
+        "relay": {
+            "path": P("str", "Blueprint output prefix (Ascent's relay extract): <path>.cycle_NNNNNN.root and the "
+                      "domain files in <path>.cycle_NNNNNN/ (one domain in all: inside the .root), as Conduit's "
+                      "relay::io::blueprint::save_mesh writes them; VisIt and load_mesh open the .root",
+                      required=True),
+            "protocol": P("enum:hdf5|yaml|json|blueprint|blueprint/mesh/hdf5|blueprint/mesh/yaml|blueprint/mesh/json",
+                          "file format (blueprint: hdf5); yaml and json keep values, not dtypes", "hdf5"),
+            "fields": P("names", "fields to write (default: all; ascent_ghosts always)"),
+            "topologies": P("names", "topologies whose fields are all written, besides `fields` (a uniform grid's "
+                            "is mesh)"),
+            "num_files": P("int", "files the domains are spread over (0 or more than the domains: one each)",
+                           lo=0),
+        },
     },
     "engines": {
         "embedded": {},

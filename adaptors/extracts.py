@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 from insitu import arrays
 
 from .mesh import MeshDomain
+from .relay import relay
 
 __all__ = ["EXTRACTS", "Extract", "write_hdf5"]
 
@@ -35,6 +36,7 @@ class Extract:
     images: Mapping[str, Any]  # "scene/render" -> the composited render (at rank 0)
     streams: dict[str, Any]  # extract name -> its open stream, kept across steps
     steer_readers: list  # viewers' steering streams the adaptor polls (rank 0)
+    ctx: Any = None  # the job's Context (adaptors.context), for extracts with collectives (relay)
 
 
 def hdf5(x: Extract) -> None:
@@ -81,7 +83,8 @@ def adios2(x: Extract) -> None:
 
 
 #: Extract types by the name a configuration uses.
-EXTRACTS: dict[str, Callable[[Extract], None]] = {"adios2": adios2, "adios2_mesh": adios2_mesh, "hdf5": hdf5}
+EXTRACTS: dict[str, Callable[[Extract], None]] = {"adios2": adios2, "adios2_mesh": adios2_mesh, "hdf5": hdf5,
+                                                  "relay": relay}
 
 
 def write_hdf5(path: str, domains: list[MeshDomain], fields: list[str] | None, *, step: int, time: float,
