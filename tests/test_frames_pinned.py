@@ -112,14 +112,15 @@ def test_device_frames_cross_once_into_buffers_reused_while_the_size_holds(tmp_p
 def test_host_frames_are_sent_as_they_are(tmp_path, fake_device):
     w = FrameWriter(str(tmp_path / "frames.bp"), "BP5")
     sent = []
-    w.write_variables = lambda variables, **kw: sent.append(dict(variables))
+    w.write_variables = lambda variables, **kw: sent.append({v[0]: v[1] for v in variables})
     img = image(0, (8, 12))
     with arrays.no_host_transfers():
         w.write(img, step=0, time=0.0, depth=depth(0, (8, 12)))
         w.write(img[:, ::2], step=1, time=0.0)  # not contiguous: copied, as before
     w.close()
-    assert sent[0]["image"] is img and not fake_device
-    assert sent[1]["image"].flags.c_contiguous and np.array_equal(sent[1]["image"], img[:, ::2])
+    # rows bottom first (VTK's y up) as a view of the caller's image: no copy before the write's own
+    assert np.shares_memory(sent[0]["rgba"], img) and np.array_equal(sent[0]["rgba"], img[::-1]) and not fake_device
+    assert np.array_equal(sent[1]["rgba"], img[::-1, ::2])
 
 
 def test_a_device_frame_is_checked_before_it_is_copied(tmp_path, fake_device):

@@ -1,10 +1,18 @@
-"""Composited frames as ADIOS2 steps (SST live, BP5 files), readable with ADIOS2 alone.
+"""Composited frames as ADIOS2 steps (SST live, BP5 files), readable with ADIOS2 alone and
+by ParaView/VisIt (VTX and Fides schemas).
 
-Each step holds the variables ``image`` (H, W, 4) uint8 (straight alpha, rows top
-first), ``step`` (int64), ``time`` (float64), ``camera`` (9 float64: eye, look_at, up),
-optionally ``depth`` (H, W) float32 (distance along the view, inf where empty) and
-``ranges`` (2 float64 per field named by the attribute ``range_fields``, "T,rho").
-Attributes set once: ``render`` (which render) and ``range_fields``.
+Each step is a frame: a W x H x 1 image data (origin 0, spacing 1, rows bottom first, as
+VTK's y axis points up) whose point data are ``rgba``, (H*W, 4) uint8 (straight alpha:
+VTK's layout of a 4-component array), ``luminance``, (1, H, W) uint8 (BT.601, integer
+weights), and optionally ``depth``, (1, H, W) float32 (distance along the view, inf where
+empty). Beside them: ``step`` (int64), ``time`` (float64), ``camera`` (9 float64: eye,
+look_at, up) and ``ranges`` (2 float64 per field named by the attribute ``range_fields``,
+"T,rho"). Attributes set once: ``render`` (which render), ``range_fields``, and the two
+schemas of :mod:`insitu.stream.schema` for the first frame's size: ``vtk.xml`` (VTX) and
+``Fides_*``. VTX reads one-component arrays only and a size fixed for the whole stream: it
+shows ``luminance`` and ``depth``; Fides sizes the grid step by step from ``luminance``
+(which is why it is there: Fides needs a point scalar) and shows ``rgba`` as colours.
+:class:`FrameReader` gives frames back as (H, W, 4) images, rows top first.
 
 In-situ defaults for SST: the writer opens without waiting for a reader
 (``RendezvousReaderCount=0``) and keeps at most a few frames for slow readers,
@@ -45,8 +53,9 @@ import numpy as np
 
 from .. import arrays
 from ._sst import ReaderTimeoutError, open_contact, peers, sst_parameters
+from .schema import fides_uniform, vtx_image
 
-__all__ = ["DEADLINE", "Frame", "FrameReader", "FrameWriter", "LOSSLESS", "SST_DEFAULTS", "serve"]
+__all__ = ["DEADLINE", "Frame", "FrameReader", "FrameWriter", "LOSSLESS", "SST_DEFAULTS", "frame_schemas", "serve"]
 
 #: SST writer parameters for in-situ use: never wait for a reader.
 SST_DEFAULTS = {"RendezvousReaderCount": "0", "QueueLimit": "3", "QueueFullPolicy": "Discard"}
@@ -178,8 +187,13 @@ class FrameWriter(_Stream):
         d = None if depth is None else arrays.asarray(depth, name="frame depth")
         if d is not None and tuple(d.shape) != tuple(img.shape[:2]):
             raise ValueError(f"frame depth: expected {tuple(img.shape[:2])}, got {tuple(d.shape)}")
-        out = [("image", self._staging.host("image", img)), ("step", np.array([step], np.int64)),
-               ("time", np.array([time], np.float64))]
+        h, w = int(img.shape[0]), int(img.shape[1])
+        # Rows bottom first for VTK: views here, copied in order by _put (BP5) or into the
+        # writer process's slot (SST), so flipping costs no copy of its own.
+        host = self._staging.host("image", img)[::-1]
+        out: list = [("rgba", host, [h * w, 4], [0, 0], [h * w, 4]),
+                     ("luminance", _luminance(host), [1, h, w], [0, 0, 0], [1, h, w]),
+                     ("step", np.array([step], np.int64)), ("time", np.array([time], np.float64))]
         if camera is not None:
             cam = camera if isinstance(camera, (list, tuple, np.ndarray)) else \
                 [*camera.position, *camera.look_at, *camera.up]
@@ -187,7 +201,8 @@ class FrameWriter(_Stream):
         if d is not None:
             if arrays.is_device_array(d) and d.dtype != np.float32:
                 d = d.astype(np.float32)  # on the device: fewer bytes cross
-            out.append(("depth", np.ascontiguousarray(self._staging.host("depth", d), dtype=np.float32)))
+            dh = np.asarray(self._staging.host("depth", d), dtype=np.float32)[::-1]
+            out.append(("depth", dh, [1, h, w], [0, 0, 0], [1, h, w]))
         if ranges:
             names = tuple(ranges)
             if self._fields is None:
@@ -196,17 +211,21 @@ class FrameWriter(_Stream):
             elif names != self._fields:
                 raise ValueError(f"frame ranges: fields {names} differ from the first frame's {self._fields}")
             out.append(("ranges", np.array([float(v) for k in names for v in ranges[k]], np.float64)))
+        if self.steps == 0 and self.dropped == 0:
+            attributes = {**frame_schemas(w, h, depth=d is not None), **(attributes or {})}
         self.write_variables(out, attributes=attributes)
 
-    def write_variables(self, variables: Sequence[tuple[str, Any]], *,
-                        attributes: Mapping[str, Any] | None = None) -> bool:
-        """Write one step of any variables, each a whole global array (what :meth:`write`
-        does with a frame's; the adaptor's in-transit mesh stream sends domains so).
+    def write_variables(self, variables: Sequence[tuple], *, attributes: Mapping[str, Any] | None = None) -> bool:
+        """Write one step of any variables (what :meth:`write` does with a frame's; the
+        adaptor's mesh stream writes the blocks of its global arrays so).
 
         Parameters
         ----------
-        variables : [(name, host array), ...]
-        attributes : {name: str or numbers}, optional
+        variables : [(name, host array), ...] or [(name, host array, shape, start, count), ...]
+            A pair writes the whole array as a global array of its own shape; a 5-tuple
+            writes the array's elements (in C order, any strides) as the block `start`,
+            `count` of a global array of `shape`. One name may come several times (blocks).
+        attributes : {name: str, strings or numbers}, optional
             Stream attributes; those of the first step are kept.
 
         Returns
@@ -222,7 +241,7 @@ class FrameWriter(_Stream):
         # No array is referenced once this returns (BP5: Sync puts copy in ``put``; SST: the
         # relay copies into its shared slot before ``put`` returns, or drops the step), so
         # ``write`` may refill its staging buffers with the next frame at once.
-        out = [(str(k), np.ascontiguousarray(a)) for k, a in variables]
+        out = [_variable(v) for v in variables]
         if self.steps == 0 and self.dropped == 0:
             self._attrs.update(attributes or {})
         if self._relay is None:
@@ -275,12 +294,46 @@ class _Staging:
         self._bufs.clear()
 
 
-def _put(stream, variables: Sequence[tuple[str, np.ndarray]], attributes: Mapping[str, Any]) -> None:
-    """One ADIOS2 step holding `variables` (name, contiguous array) and `attributes`."""
+def frame_schemas(width: int, height: int, *, depth: bool = False) -> dict:
+    """The VTX and Fides attributes of a `width` x `height` frame (see the module's docstring)."""
+    point = ["luminance", "depth"] if depth else ["luminance"]
+    variables = {"rgba": "points", **dict.fromkeys(point, "points")}
+    return {"vtk.xml": vtx_image((width - 1, height - 1, 0), (0, 0, 0), (1, 1, 1), point=point),
+            **fides_uniform((0, 0, 0), (1, 1, 1), dimension="luminance", variables=variables, vectors=["rgba"])}
+
+
+def _luminance(rgba: np.ndarray) -> np.ndarray:
+    """(H, W) uint8 luma of (H, W, 4) uint8 pixels: (77 R + 150 G + 29 B + 128) >> 8 (BT.601)."""
+    y = rgba[..., 0].astype(np.uint16) * 77
+    y += rgba[..., 1].astype(np.uint16) * 150
+    y += rgba[..., 2].astype(np.uint16) * 29
+    y += 128
+    y >>= 8
+    return y.astype(np.uint8)
+
+
+def _variable(v: tuple) -> tuple:
+    """(name, array, shape, start, count) from a pair or a 5-tuple, checked."""
+    if len(v) == 2:
+        k, a = v
+        a = np.asarray(a)
+        return str(k), a, list(a.shape), [0] * a.ndim, list(a.shape)
+    k, a, shape, start, count = v
+    a = np.asarray(a)
+    shape, start, count = [int(x) for x in shape], [int(x) for x in start], [int(x) for x in count]
+    if not (len(shape) == len(start) == len(count)) or int(np.prod(count)) != a.size or any(
+            s < 0 or c < 0 or s + c > n for n, s, c in zip(shape, start, count)):
+        raise ValueError(f"variable {k!r}: block start {start} count {count} of {a.size} values does not fit "
+                         f"shape {shape}")
+    return str(k), a, shape, start, count
+
+
+def _put(stream, variables: Sequence[tuple], attributes: Mapping[str, Any]) -> None:
+    """One ADIOS2 step holding `variables` ((name, array, shape, start, count) blocks) and `attributes`."""
     stream.begin_step()
     try:
-        for k, a in variables:
-            stream.write(k, a, list(a.shape), [0] * a.ndim, list(a.shape))
+        for k, a, shape, start, count in variables:
+            stream.write(k, np.ascontiguousarray(a).reshape(count), list(shape), list(start), list(count))
         for k, v in attributes.items():
             stream.write_attribute(k, v if isinstance(v, str) or (isinstance(v, list) and all(
                 isinstance(x, str) for x in v)) else np.asarray(v))
@@ -292,13 +345,14 @@ _ALIGN = 64  # bytes: each array starts on a cache line
 _GROW = 1 << 20  # a slot's size is a multiple of this, so that frames of varying size seldom grow it
 
 
-def _layout(variables: Sequence[tuple[str, np.ndarray]]) -> tuple[list, int]:
-    """Where each variable goes in a slot: ``[[name, dtype, shape, offset], ...]`` and the bytes needed."""
+def _layout(variables: Sequence[tuple]) -> tuple[list, int]:
+    """Where each variable goes in a slot: ``[[name, dtype, count, offset, shape, start], ...]``
+    and the bytes needed."""
     spec, off = [], 0
-    for k, a in variables:
+    for k, a, shape, start, count in variables:
         if a.dtype.hasobject:
             raise ValueError(f"frame variable {k!r}: dtype {a.dtype} holds Python objects, not numbers")
-        spec.append([k, a.dtype.str, list(a.shape), off])
+        spec.append([k, a.dtype.str, list(count), off, list(shape), list(start)])
         off += -(-a.nbytes // _ALIGN) * _ALIGN
     return spec, off
 
@@ -325,9 +379,10 @@ class _Slot:
         self.bytes: np.ndarray | None = np.frombuffer(self.map, np.uint8)
         self.sent = False  # the current writer process has the descriptor
 
-    def fill(self, variables: Sequence[tuple[str, np.ndarray]], spec: list) -> None:
-        for (_, a), (_, _, _, off) in zip(variables, spec):
-            self.bytes[off:off + a.nbytes] = a.reshape(-1).view(np.uint8)
+    def fill(self, variables: Sequence[tuple], spec: list) -> None:
+        for v, (_, _, _, off, _, _) in zip(variables, spec):
+            a = v[1]  # any strides: copied in C order, the one copy a frame costs here
+            np.copyto(np.ndarray(a.shape, a.dtype, buffer=self.map, offset=off), a)
 
     def close(self) -> None:
         self.bytes = None  # the view's export must go before the map can close
@@ -501,7 +556,7 @@ class _Relay:
         self._inflight.append(i)
         return True
 
-    def put(self, variables: Sequence[tuple[str, np.ndarray]], attributes: Mapping[str, Any]) -> bool:
+    def put(self, variables: Sequence[tuple], attributes: Mapping[str, Any]) -> bool:
         """Send one frame; False when it was dropped (lossless, stalled: see :class:`FrameWriter`)."""
         self._drain()
         if self.proc.poll() is not None:
@@ -652,8 +707,8 @@ def serve(name: str, params: Mapping[str, str], inp: socket.socket | None = None
                 maps[i] = mmap.mmap(fd, head["map"])
             finally:
                 os.close(fd)
-        variables = [(k, np.ndarray(shape, np.dtype(dtype), buffer=maps[i], offset=off))
-                     for k, dtype, shape, off in head["vars"]]
+        variables = [(k, np.ndarray(count, np.dtype(dtype), buffer=maps[i], offset=off), shape, start, count)
+                     for k, dtype, count, off, shape, start in head["vars"]]
         try:
             _put(stream, variables, head["attrs"] if first else {})  # Sync puts: copied out of the slot here
             first = False
@@ -709,11 +764,18 @@ class FrameReader(_Stream):
             return None
         try:
             names = s.available_variables()
-            f = Frame(int(s.read("step")[0]), float(s.read("time")[0]), s.read("image"))
+            if "rgba" in names:  # rows bottom first on the wire (VTK's y up): top first here
+                _, h, w = (int(n) for n in s.inquire_variable("luminance").shape())
+                image = np.ascontiguousarray(s.read("rgba").reshape(h, w, 4)[::-1])
+            else:  # streams of insitu before the VTX/Fides layout: (H, W, 4), top first
+                image = s.read("image")
+                h, w = image.shape[:2]
+            f = Frame(int(s.read("step")[0]), float(s.read("time")[0]), image)
             if "camera" in names:
                 f.camera = s.read("camera")
             if "depth" in names:
-                f.depth = s.read("depth")
+                d = s.read("depth")
+                f.depth = np.ascontiguousarray(d.reshape(h, w)[::-1]) if "rgba" in names else d
             if "ranges" in names:
                 if self._fields is None:
                     a = s.read_attribute_string("range_fields") if "range_fields" in s.available_attributes() else []
