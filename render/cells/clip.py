@@ -9,9 +9,11 @@ neighbours of a face cut it alike and the clipped mesh has no cracks. A new poin
 every cut edge (linear interpolation of the scalar), one per edge however many cells share
 it (keyed by the edge's two point ids).
 
-All of it is whole-array work on the mesh's backend (NumPy or CuPy). On the GPU the only
-reads back to the host are the sizes of the output: one read of a few counts before the
-cut cells are split, and one more when any cell is cut (:func:`clip` says which).
+On CuPy arrays all of it is whole-array work on the device, and the only reads back to
+the host are the sizes of the output: one read of a few counts before the cut cells are
+split, and one more when any cell is cut (:func:`clip` says which). On NumPy arrays the
+same steps run per cell in Numba kernels (one thread), to the same output in the same
+order (``use_numba = False`` runs the whole-array path on NumPy, as the tests do).
 """
 
 from __future__ import annotations

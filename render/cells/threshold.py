@@ -53,7 +53,8 @@ def threshold(mesh: CellMesh, values, lo: float, hi: float, *, association: str 
     Notes
     -----
     On CuPy arrays nothing is copied between host and device but 4 counts, read in one
-    :func:`insitu.arrays.scalars_to_host`.
+    :func:`insitu.arrays.scalars_to_host`. On NumPy arrays two Numba passes (one thread)
+    give the same output.
     """
     check_mesh(mesh)
     if association not in ("vertex", "element"):
