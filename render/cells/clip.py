@@ -450,7 +450,8 @@ def _cpu():
     @numba.njit(cache=True, nogil=True)
     def emit_tets(ids, nk, kst, uid, pos, renum, n_used, tpl, ok, pts, parent, i, at, oconn, ooff, otypes, cells):
         """:func:`emit` for tetrahedra, written into the output arrays from cell `i` (conn
-        entry `at`) on, turned to positive volume as :func:`orient_tets`."""
+        entry `at`) on, turned to positive volume (the sign of ``cross(e0, e1) . e2`` in
+        float64 in NumPy's order of operations: the device path's choice, to the bit)."""
         q = np.empty(4, np.int64)
         for r in range(ids.shape[0]):
             for si in range(tpl.shape[1]):
@@ -477,22 +478,6 @@ def _cpu():
                 cells[i] = parent[r]
                 i += 1
                 ooff[i] = at
-
-    @numba.njit(cache=True, nogil=True)
-    def orient_tets(pts, o):
-        for i in range(o.shape[0]):
-            a, b, c, d = o[i, 0], o[i, 1], o[i, 2], o[i, 3]
-            # in float64, cross(e0, e1) . e2 in NumPy's order of operations: the device path's signs
-            ax, ay, az = np.float64(pts[a, 0]), np.float64(pts[a, 1]), np.float64(pts[a, 2])
-            e00, e01, e02 = np.float64(pts[b, 0]) - ax, np.float64(pts[b, 1]) - ay, np.float64(pts[b, 2]) - az
-            e10, e11, e12 = np.float64(pts[c, 0]) - ax, np.float64(pts[c, 1]) - ay, np.float64(pts[c, 2]) - az
-            e20, e21, e22 = np.float64(pts[d, 0]) - ax, np.float64(pts[d, 1]) - ay, np.float64(pts[d, 2]) - az
-            c0 = e01 * e12 - e02 * e11
-            c1 = e02 * e10 - e00 * e12
-            c2 = e00 * e11 - e01 * e10
-            if c0 * e20 + c1 * e21 + c2 * e22 < 0:
-                o[i, 1], o[i, 2] = c, b
-        return o
 
     @numba.njit(cache=True, nogil=True)
     def split_clip(conn, off, ctypes, cells, inside, n, shift, table, quads, w, pairs):
@@ -662,9 +647,8 @@ def _cpu():
         return out, t
 
     return types.SimpleNamespace(classify=classify, renumber=renumber, assemble_whole=assemble_whole,
-                                 emit_tets=emit_tets, orient_tets=orient_tets,
-                                 number_edges=number_edges, new_points=new_points,
-                                 split_clip=split_clip, emit=emit)
+                                 split_clip=split_clip, number_edges=number_edges, new_points=new_points,
+                                 emit=emit, emit_tets=emit_tets)
 
 
 def _sort_rows(k):
@@ -679,8 +663,6 @@ def _sort_rows(k):
 def _orient(allp, o, p, parent_simp):
     """Tetrahedra turned to positive volume; triangles to their parent triangle's side."""
     xp = arrays.get_array_module(o)
-    if xp is np and use_numba and o.shape[1] == 4:
-        return _cpu().orient_tets(allp, np.ascontiguousarray(o))
     q = allp[o].astype(xp.float64)
     e = q[:, 1:] - q[:, :1]
     if o.shape[1] == 4:
