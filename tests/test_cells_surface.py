@@ -159,16 +159,19 @@ def test_large_ids_take_the_lexsort_path():
                                       canonical(outer_surface(mesh).faces))
 
 
-def test_a_face_of_three_cells_is_not_drawn():
-    # non-manifold: three tets on one triangle. vtkDataSetSurfaceFilter draws only faces
-    # used by one cell, as we do; vtkGeometryFilter cancels faces in pairs (draws it once)
-    pts = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0.2, 0.2, 1], [0.3, 0.2, -1], [0.2, 0.3, 2]], float)
-    mesh = cell_mesh(pts, np.array([0, 1, 2, 3, 0, 2, 1, 4, 0, 1, 2, 5]), TETRA)
-    ref, _ = vtk_surface(mesh, "vtkDataSetSurfaceFilter")
+def test_faces_of_several_cells_cancel_in_pairs():
+    # non-manifold: three tets on one triangle, four on another. Faces cancel in pairs as
+    # in vtkGeometryFilter (the first drawn once, the second not); vtkDataSetSurfaceFilter
+    # would draw neither
+    pts = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0.2, 0.2, 1], [0.3, 0.2, -1], [0.2, 0.3, 2],
+                    [5, 0, 0], [6, 0, 0], [5, 1, 0], [5.2, 0.2, 1], [5.3, 0.2, -1], [5.2, 0.3, 2], [5.1, 0.1, -2]])
+    conn = np.array([0, 1, 2, 3, 0, 2, 1, 4, 0, 1, 2, 5, 6, 7, 8, 9, 6, 8, 7, 10, 6, 7, 8, 11, 6, 8, 7, 12])
+    mesh = cell_mesh(pts, conn, TETRA)
+    ref, _ = vtk_surface(mesh, "vtkGeometryFilter")
     for vectorized in (False, True):
         s = outer_surface(mesh, _vectorized=vectorized)
         np.testing.assert_array_equal(unoriented(s.faces), unoriented(ref))
-        assert s.n_faces == 9
+        assert s.n_faces == 10 + 12
 
 
 def test_empty_and_errors():

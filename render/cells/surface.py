@@ -6,10 +6,11 @@ the 2-D cells themselves (triangles, quads and polygons, as triangles in their o
 winding). Vertices and lines are not part of a surface and are left out.
 
 Faces are matched by sorting a key of their sorted point ids (CuPy; NumPy with
-``_vectorized=True``) or, on the CPU, in buckets of their smallest point id (a Numba
-loop, as VTK does; the same triangles in the same order). A face met once is on the
-boundary; one met three times or more (non-manifold) is not, as in
-vtkDataSetSurfaceFilter (vtkGeometryFilter cancels faces in pairs instead). Each boundary face keeps the winding of
+``_vectorized=True``) or, on the CPU, in lists by their smallest point id (a Numba loop,
+as vtkGeometryFilter does; the same triangles in the same order). Equal faces cancel in
+pairs, in cell order: a face of one cell is on the boundary, and so is the last of a
+face shared by three cells (non-manifold: as vtkGeometryFilter; vtkDataSetSurfaceFilter
+drops it). Each boundary face keeps the winding of
 VTK's face order of its cell, flipped where it points into the cell (inverted cells),
 so the surface is outward whatever the input's orientation.
 
@@ -143,18 +144,22 @@ def _argsort(xp, a):
 
 
 def _boundary(xp, faces, n_points: int):
-    """Mask of the faces (rows of point ids) met exactly once."""
+    """Mask of the faces (rows of point ids) left when equal faces cancel in pairs."""
     n = faces.shape[0]
     if n == 0:
         return xp.zeros(0, bool)
     order, s = _face_keys(xp, faces, n_points)
     ss = s[order]
-    same = (ss[1:] == ss[:-1]).all(axis=1)
-    shared = xp.zeros(n, bool)
-    shared[1:] |= same
-    shared[:-1] |= same
+    start = xp.ones(n, bool)  # first of a run of equal faces (runs keep the faces' order)
+    start[1:] = (ss[1:] != ss[:-1]).any(axis=1)
+    run = xp.cumsum(start) - 1
+    first = xp.nonzero(start)[0]
+    size = xp.bincount(run)[run]
+    # faces cancel in pairs in their order (as the CPU loop and vtkGeometryFilter pair them):
+    # a run of odd length leaves its last face
+    drawn = (size % 2 == 1) & (xp.arange(n) - first[run] == size - 1)
     once = xp.empty(n, bool)
-    once[order] = ~shared
+    once[order] = drawn
     return once
 
 
@@ -273,7 +278,7 @@ def _cell_centres(mesh: CellMesh, cells):
 
 
 # --------------------------------------------------------------------------- CPU (Numba)
-# The same surface, faces matched in buckets of their smallest point id (as VTK does)
+# The same surface, faces matched in lists by their smallest point id (as VTK does)
 # instead of by a sort, and emitted in the vectorized path's order: all boundary
 # triangles (type after type, cell after cell), then all boundary quads cut in two.
 
@@ -325,62 +330,53 @@ def _boundary_cpu(points, conn, offsets, types, keep, present, tri, quad, ntri, 
     npts = points.shape[0]
     use_keep = keep.shape[0] > 0
     key = np.empty(4, np.int64)
-    # faces in buckets by their smallest id (neighbouring cells share points: the buckets
-    # touched together lie close); in a bucket, faces compared by a 64-bit mix of their
-    # other ids first, by their ids where the mixes agree
+    # faces in lists by their smallest id; a face meeting its twin there takes it out (as
+    # vtkGeometryFilter does): cells come in mesh order, so a face's twin comes soon and
+    # the live faces stay few (cache-resident), their slots reused through a free list
     nf = 0
     for c in range(ncells):
         if not use_keep or keep[c]:
             nf += ntri[types[c]] + nquad[types[c]]
-    fb = np.empty(nf, np.int64)
-    fh = np.empty(nf, np.int64)
-    count = np.zeros(npts + 1, np.int64)
-    w = 0
-    for c in range(ncells):
-        t = types[c]
-        if use_keep and not keep[c]:
-            continue
-        for g in range(ntri[t] + nquad[t]):
-            _face_ids(conn, offsets, tri, quad, ntri, types, c * 16 + (g if g < ntri[t] else 8 + g - ntri[t]), key)
-            if g < ntri[t]:
-                bb, r0, r1, r2 = key[1], -1, key[2], key[3]
-            else:
-                bb, r0, r1, r2 = key[0], key[1], key[2], key[3]
-            fb[w] = bb
-            fh[w] = (r0 + 1) * 0x9E3779B97F4A7C1 ^ r1 * 0x3C6EF372FE94F82 ^ r2 * 0x5851F42D4C957F2
-            count[bb + 1] += 1
-            w += 1
-    for i in range(npts):
-        count[i + 1] += count[i]
-    fill = count[:-1].copy()
-    codes = np.empty(nf, np.int64)
-    hv = np.empty(nf, np.int64)
-    w = 0
-    for c in range(ncells):
-        t = types[c]
-        if use_keep and not keep[c]:
-            continue
-        for g in range(ntri[t] + nquad[t]):
-            i = fill[fb[w]]
-            fill[fb[w]] += 1
-            codes[i] = c * 16 + (g if g < ntri[t] else 8 + g - ntri[t])
-            hv[i] = fh[w]
-            w += 1
-    other = np.empty(4, np.int64)
+    head = np.full(npts, -1, np.int64)
+    pnext = np.empty(nf, np.int64)  # (pages only touched as far as the live set reaches)
+    pcode = np.empty(nf, np.int64)
+    prest = np.empty((nf, 3), np.int64)
+    free, used = -1, 0
     shared = np.zeros(ncells * 16, np.bool_)
-    for bb in range(npts):
-        lo, hi = count[bb], count[bb + 1]
-        for i in range(lo, hi):
-            if shared[codes[i]]:  # its twin (an earlier face) has marked it, and all equal ones after it
+    for c in range(ncells):
+        t = types[c]
+        if use_keep and not keep[c]:
+            continue
+        for g in range(ntri[t] + nquad[t]):
+            code = c * 16 + (g if g < ntri[t] else 8 + g - ntri[t])
+            _face_ids(conn, offsets, tri, quad, ntri, types, code, key)
+            if g < ntri[t]:
+                a, r0, r1, r2 = key[1], -1, key[2], key[3]
+            else:
+                a, r0, r1, r2 = key[0], key[1], key[2], key[3]
+            prev, e = -1, head[a]
+            while e >= 0:
+                if prest[e, 0] == r0 and prest[e, 1] == r1 and prest[e, 2] == r2:
+                    break
+                prev, e = e, pnext[e]
+            if e >= 0:  # its twin: both interior, the twin's slot freed
+                shared[pcode[e]] = True
+                shared[code] = True
+                if prev < 0:
+                    head[a] = pnext[e]
+                else:
+                    pnext[prev] = pnext[e]
+                pnext[e] = free
+                free = e
                 continue
-            h = hv[i]
-            for j in range(i + 1, hi):
-                if hv[j] == h:
-                    _face_ids(conn, offsets, tri, quad, ntri, types, codes[i], key)
-                    _face_ids(conn, offsets, tri, quad, ntri, types, codes[j], other)
-                    if key[0] == other[0] and key[1] == other[1] and key[2] == other[2] and key[3] == other[3]:
-                        shared[codes[i]] = True
-                        shared[codes[j]] = True
+            if free >= 0:
+                e, free = free, pnext[free]
+            else:
+                e, used = used, used + 1
+            pcode[e] = code
+            prest[e, 0], prest[e, 1], prest[e, 2] = r0, r1, r2
+            pnext[e] = head[a]
+            head[a] = e
     # emit: triangles, then quads (two triangles each)
     n = 0
     for c in range(ncells):
