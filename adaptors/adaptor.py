@@ -43,7 +43,8 @@ from .extracts import EXTRACTS, Extract
 from .context import Context, PeerFailedError
 from .pipelines import Dataset, run_pipeline
 from .scenes import SceneRenderer
-from .triggers import evaluate
+from .queries import MeshData, Queries
+from .triggers import holds
 
 _TRANSFER_KEYS = ("h2d_calls", "h2d_bytes", "d2h_calls", "d2h_bytes")
 
@@ -115,6 +116,7 @@ class Adaptor:
         self._steer_file = (self.config.get("steering") or {}).get("file")
         self._steered = bool(self._steer_file) or self._steers_by_stream()
         self._every = [t.get("every") for t in self.config["triggers"].values()]
+        self._queries = Queries(self.config["queries"])
         self._open = True
 
     # -- steering ---------------------------------------------------------------------------
@@ -351,7 +353,7 @@ class Adaptor:
 
     def _busy(self, step: int) -> bool:
         """Whether anything may run this step (conditions need the mesh to decide)."""
-        if self._always:
+        if self._always or self._queries:
             return True
         return any(e is None or step % e == 0 for e in self._every)
 
@@ -383,13 +385,15 @@ class Adaptor:
 
     def _active(self, step: int, time: float, domains) -> set[str]:
         active = set(self._always)
+        data = MeshData(domains, self.ctx)
+        # Queries first: conditions read their values (Ascent's order).
+        self._queries.run(step, time, data, param=lambda k: self._param(k, "queries"))
         for tname, t in self.config["triggers"].items():
             if t.get("every") is not None:
                 fire = step % t["every"] == 0
             else:
-                fire = evaluate(t["condition"], cycle=step, time=time,
-                                reduce=lambda op, f: self.ctx.reduce_field(domains, f, op),
-                                param=lambda k: self._param(k, f"triggers/{tname}"))
+                fire = holds(t["condition"], self._queries.env(
+                    step, time, data, param=lambda k: self._param(k, f"triggers/{tname}")))
             if fire:
                 active.update(t["actions"])
         return active
@@ -402,7 +406,7 @@ class Adaptor:
 
     def _extract(self, name: str, e: Mapping, images: Mapping, domains, step: int, time: float) -> None:
         EXTRACTS[e["type"]](Extract(name, e["params"], step, time, self.rank, self.size, domains, images,
-                                    self._streams, self._steer_readers))
+                                    self._streams, self._steer_readers, ctx=self.ctx))
 
     def _record(self, message: str, *, echo: bool = True) -> None:
         self._errors.append(message)
@@ -422,7 +426,8 @@ class Adaptor:
             ``camera`` (steered camera keys), ``colormap``, ``params``, ``errors`` (newest
             last), ``frames`` (images written by the last step), ``timings`` (seconds),
             ``transfers`` (the library's host<->device copies during the last step:
-            ``h2d_calls, h2d_bytes, d2h_calls, d2h_bytes``; process-wide).
+            ``h2d_calls, h2d_bytes, d2h_calls, d2h_bytes``; process-wide), ``queries``
+            ({name: newest value}, plain Python: numbers, lists, dicts for objects).
         """
         iso = {}
         for p, filters in self.config["pipelines"].items():
@@ -434,7 +439,7 @@ class Adaptor:
                 "iso_values": copy.deepcopy(iso), "camera": dict(s["camera"]), "colormap": s["colormap"],
                 "transfer_function": copy.deepcopy(s["transfer_function"]), "params": dict(s["params"]),
                 "errors": list(self._errors), "frames": list(self._frames), "timings": dict(self._timings),
-                "transfers": dict(self._transfers)}
+                "transfers": dict(self._transfers), "queries": self._queries.latest()}
 
     def about(self) -> dict:
         """Versions, engine, ranks, devices, what is configured, and the errors so far."""

@@ -224,7 +224,10 @@ SCHEMA: dict[str, Any] = {
         "pipelines": P("map", "named pipelines: each an ordered map of filters"),
         "scenes": P("map", "named scenes: plots and renders"),
         "extracts": P("map", "named extracts: data written beside the images"),
-        "triggers": P("map", "named triggers: actions run only when a condition holds"),
+        "triggers": P("map", "named triggers: actions run only when a condition holds (insitu's form, or Ascent's "
+                      "{params: {condition, actions_file | actions}})"),
+        "queries": P("map", "named queries (Ascent's add_queries): {params: {expression, name}}, evaluated every "
+                     "executed cycle in order; results()['queries'] holds the newest values"),
         "engine": P("engine", "who runs the scenes' work: embedded (the simulation's ranks), or spark (Spark "
                     "tasks on the node's worker daemons); a name or {type, params}", "embedded"),
         "exceptions": P("enum:catch|forward", "catch: a failing pipeline is logged and reported by results(), "
@@ -315,8 +318,8 @@ SCHEMA: dict[str, Any] = {
                           "dropped", 30.0, lo=0, lo_open=True, unit="seconds"),
         },
         "adios2_mesh": {
-            "filename": P("str", "stream name; each rank writes <filename>.rank<r> "
-                          "(read by python -m adaptors.intransit)",
+            "filename": P("str", "stream name: one stream of global arrays for all ranks, written by rank 0 "
+                          "(read by python -m adaptors.intransit; ParaView opens it: VTX and Fides attributes)",
                           required=True),
             "engine": P("enum:SST|BP5", "SST: to analysis ranks in transit; BP5: files", "SST"),
             "fields": P("names", "fields to send (default: all)"),
@@ -364,10 +367,25 @@ SCHEMA: dict[str, Any] = {
         "actions": P("names", "scenes and extracts this trigger runs (they then run only when it fires)",
                      required=True),
     },
+    # Documentation only: adaptors.triggers.from_ascent reads this form into the one above.
+    "ascent_trigger": {
+        "condition": P("str", "an expression of Ascent's language (adaptors.expressions): cycle() % 100 == 0, "
+                       "max_pressure > crazy_value, history(entropy, relative_index = 1) - entropy > 10",
+                       required=True),
+        "actions_file": P("str", "a YAML/JSON file of Ascent actions (add_pipelines, add_scenes, add_extracts) run "
+                          "when the condition holds; or actions"),
+        "actions": P("map", "the same actions, inline (a list); exactly one of actions_file or actions"),
+    },
+    "query": {
+        "expression": P("str", "an expression of Ascent's language: max(field('T')), "
+                        "entropy(histogram(field('T'), num_bins=64)), two + 1 (earlier queries by name), "
+                        "x - history(x, relative_index = 1)", required=True),
+        "name": P("name", "the name later expressions and results()['queries'] know its value by", required=True),
+    },
 }
 
 _ASCENT_ACTIONS = {"add_pipelines": "pipelines", "add_scenes": "scenes", "add_extracts": "extracts",
-                   "add_triggers": "triggers"}
+                   "add_triggers": "triggers", "add_queries": "queries"}
 
 
 def load(config) -> dict:
@@ -414,6 +432,9 @@ def validate(config) -> dict:
     if not isinstance(config, Mapping):
         raise ConfigError([f"(top): expected a map of pipelines, scenes, extracts, triggers..., got {_what(config)}"])
     out = _params(config, SCHEMA["top"], "", problems)
+    from .triggers import from_ascent
+
+    from_ascent(out, _from_ascent_actions, problems)
     if isinstance(out.get("engine"), str):  # the default
         out["engine"] = {"type": out["engine"], "params": {}}
     out["pipelines"] = {name: _pipeline(p, f"pipelines/{name}", problems)
@@ -422,6 +443,10 @@ def validate(config) -> dict:
                      for name, s in _named(out.get("scenes"), "scenes", problems).items()}
     out["extracts"] = {name: _typed(e, f"extracts/{name}", SCHEMA["extracts"], "extract", problems)
                        for name, e in _named(out.get("extracts"), "extracts", problems).items()}
+    from .queries import validate as _queries
+    from .triggers import check as _check_condition
+
+    out["queries"] = _queries(out.get("queries"), problems)
     given_triggers, out["triggers"] = _named(out.get("triggers"), "triggers", problems), {}
     for name, t in given_triggers.items():
         path = f"triggers/{name}"
@@ -429,10 +454,8 @@ def validate(config) -> dict:
         if (t.get("condition") is None) == (t.get("every") is None):
             problems.append(f"{path}: give exactly one of condition or every")
         if t.get("condition") is not None and isinstance(t["condition"], str):
-            from .triggers import parse
-
             try:
-                parse(t["condition"])
+                _check_condition(t["condition"], [q["name"] for q in out["queries"].values()])
             except ValueError as e:
                 problems.append(f"{path}/condition: {e}")
         for a in t.get("actions") or []:
@@ -751,6 +774,8 @@ def describe() -> str:
     for t, spec in SCHEMA["extracts"].items():
         table(f"Extract `{t}` (extracts/NAME: {{type: {t}, params: ...}})", spec)
     table("Trigger (triggers/NAME)", SCHEMA["trigger"])
+    table("Trigger in Ascent's form (triggers/NAME/params)", SCHEMA["ascent_trigger"])
+    table("Query (queries/NAME/params)", SCHEMA["query"])
     for t, spec in SCHEMA["engines"].items():
         if spec:
             table(f"Engine `{t}` (engine: {t}, or engine: {{type: {t}, params: ...}})", spec)

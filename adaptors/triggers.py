@@ -1,169 +1,87 @@
-"""Trigger conditions: small expressions over global field reductions.
+"""Triggers: actions run only when a condition holds.
 
-    max(field('T')) > 2.0
-    cycle % 10 == 0 and avg(field('rho')) < 1e-3
-    param('iso') != 0.5
+Two forms. insitu's, naming scenes and extracts of the configuration::
 
-Parsed with Python's :mod:`ast` and evaluated over a whitelist: numbers, ``cycle``,
-``time``, arithmetic, comparisons, ``and``/``or``/``not``, the reductions ``min``,
-``max``, ``sum``, ``avg`` of ``field('name')`` (over every domain of every rank: each
-reduction is collective, and every rank evaluates the same expression in the same
-order), and ``param('name')``. Anything else is refused when the configuration is read.
+    triggers:
+      t1: {condition: "max(field('T')) > 2.0", actions: [s1]}
+      t2: {every: 10, actions: [e1]}
 
-Every accepted expression evaluates in bounded time: at most :data:`MAX_LENGTH` characters
-nested at most :data:`MAX_DEPTH` deep, numbers within the float range, ``**`` computed in
-floating point (``10 ** 10 ** 7`` overflows at once instead of building a ten-million-digit
-integer), and the parts made of constants alone computed when the configuration is read, so
-such an overflow is a configuration error rather than a failure at every step.
+and Ascent's, with its own actions (a list of Ascent actions, inline or in a YAML/JSON file)::
+
+    - action: add_triggers
+      triggers:
+        t1:
+          params:
+            condition: "cycle() % 100 == 0"
+            actions_file: "my_trigger_actions.yaml"    # or actions: [{action: add_scenes, ...}]
+
+A condition is an expression of :mod:`adaptors.expressions` (Ascent's language:
+``cycle() % 100 == 0``, ``max_pressure > crazy_value`` over queries,
+``history(entropy, relative_index = 1) - entropy > 10``; and insitu's ``cycle``, ``time``,
+``param('name')``). Each reduction is collective: every rank evaluates the same conditions in
+the same order. The pipelines, scenes and extracts of an Ascent-form trigger join the
+configuration's (a name defined twice must be defined alike) and run only when it fires.
 """
 
 from __future__ import annotations
 
-import ast
-import functools
-import math
-import operator
-import sys
-from typing import Callable
+import os
+from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["MAX_DEPTH", "MAX_LENGTH", "REDUCTIONS", "evaluate", "parse"]
+from .expressions import MAX_DEPTH, MAX_LENGTH, Env, ValuePosition, Vector, parse
+from .expressions import evaluate as _evaluate
 
-#: Longest condition, in characters.
-MAX_LENGTH = 1000
-#: Deepest nesting of operations in a condition.
-MAX_DEPTH = 32
+__all__ = ["MAX_DEPTH", "MAX_LENGTH", "REDUCTIONS", "check", "evaluate", "from_ascent", "holds", "parse"]
 
+#: The field reductions of insitu's older form (Ascent's language has more: see adaptors.expressions).
 REDUCTIONS = ("min", "max", "sum", "avg")
-# Integer powers are the one operation whose cost grows exponentially with the size of the
-# expression; math.pow works in floats and raises OverflowError instead.
-_BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.Mod: operator.mod, ast.Pow: math.pow}
-_CMP = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
-        ast.Eq: operator.eq, ast.NotEq: operator.ne}
-_NAMES = ("cycle", "time")
+_SECTIONS = ("pipelines", "scenes", "extracts")
 
 
-@functools.lru_cache(maxsize=256)
-def parse(text: str) -> ast.Expression:
-    """Parse and check a condition; raises ValueError naming what is not allowed.
+def check(text: str, queries: Sequence[str] = ()) -> None:
+    """Parse condition `text` and check that every identifier it reads is a query's name;
+    raises ValueError naming what is wrong."""
+    unknown = [n for n in parse(text).names if n not in queries]
+    if unknown:
+        raise ValueError(f"{text!r}: unknown identifier(s) {', '.join(map(repr, unknown))}; queries: "
+                         f"{', '.join(queries) or 'none'} (fields are written field('name'))")
 
-    Constant parts are computed here: one that cannot be (``10 ** 10 ** 7``, ``1 / 0``)
-    is refused now rather than at every step.
-    """
-    if not isinstance(text, str):
-        raise ValueError(f"expected a condition string, got {type(text).__name__}")
-    if len(text) > MAX_LENGTH:
-        raise ValueError(f"condition of {len(text)} characters; at most {MAX_LENGTH}")
+
+def holds(text: str, env: Env) -> bool:
+    """Whether condition `text` holds in `env` (collective when it reduces fields)."""
     try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError as e:
-        raise ValueError(f"cannot parse {text!r}: {e.msg} at column {e.offset}") from None
-    except (RecursionError, MemoryError, ValueError):  # deep nesting, NUL characters
-        raise ValueError(f"cannot parse {text!r}: too deeply nested or not text") from None
-    _check(tree.body, text, 0)
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.BinOp, ast.UnaryOp)) and _constant(node):
-            try:
-                _eval(node, text, {}, None, None)
-            except _ArithmeticProblem as e:
-                raise ValueError(f"{text!r}: {e}") from None
-    return tree
+        v = _evaluate(text, env)
+    except ValueError as e:
+        if type(e) is ValueError and str(e).startswith("expression "):
+            raise ValueError("condition " + str(e).removeprefix("expression ")) from None
+        raise
+    if isinstance(v, ValuePosition):
+        v = v.value
+    if not isinstance(v, (bool, int, float)):
+        raise ValueError(f"condition {text!r}: expected a boolean or a number, got {type(v).__name__}")
+    return bool(v)
 
 
-def _check(node: ast.AST, text: str, depth: int) -> None:
-    if depth > MAX_DEPTH:
-        raise ValueError(f"{text!r}: nested more than {MAX_DEPTH} deep")
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-        if not abs(node.value) <= sys.float_info.max:  # a literal past the float range; NaN cannot be written
-            raise ValueError(f"{text!r}: a number beyond the floating-point range")
-        return
-    if isinstance(node, ast.Name):
-        if node.id not in _NAMES:
-            raise ValueError(f"{text!r}: unknown name {node.id!r}; known: {', '.join(_NAMES)} "
-                             f"(and the calls {'/'.join(REDUCTIONS)}(field('name')), param('name'))")
-        return
-    if isinstance(node, ast.Call):
-        fn = node.func.id if isinstance(node.func, ast.Name) else None
-        if fn == "field":
-            raise ValueError(f"{text!r}: field('name') stands only inside {'/'.join(REDUCTIONS)}()")
-        if fn not in (*REDUCTIONS, "param"):
-            raise ValueError(f"{text!r}: unknown function {fn!r}; known: {', '.join(REDUCTIONS)}, field, param")
-        if node.keywords or len(node.args) != 1:
-            raise ValueError(f"{text!r}: {fn}() takes one argument")
-        arg = node.args[0]
-        if fn in REDUCTIONS:
-            if not (isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id == "field"
-                    and not arg.keywords and len(arg.args) == 1):
-                raise ValueError(f"{text!r}: {fn}() takes field('name')")
-            arg = arg.args[0]
-        if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
-            raise ValueError(f"{text!r}: {'field' if fn in REDUCTIONS else fn}() takes a quoted name")
-        return
-    if isinstance(node, ast.BoolOp) and isinstance(node.op, (ast.And, ast.Or)):
-        children = node.values
-    elif isinstance(node, ast.Compare) and all(type(op) in _CMP for op in node.ops):
-        children = [node.left, *node.comparators]
-    elif isinstance(node, ast.BinOp) and type(node.op) in _BIN:
-        children = [node.left, node.right]
-    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub, ast.UAdd)):
-        children = [node.operand]
-    elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-        raise ValueError(f"{text!r}: a string is allowed only as field('name') or param('name')")
-    else:
-        what = (type(node.op).__name__ if isinstance(node, (ast.BinOp, ast.UnaryOp, ast.BoolOp)) else
-                next(type(op).__name__ for op in node.ops if type(op) not in _CMP) if isinstance(node, ast.Compare)
-                else type(node).__name__)
-        raise ValueError(f"{text!r}: {what} is not allowed in a condition "
-                         f"(numbers, {', '.join(_NAMES)}, arithmetic, comparisons, and/or/not, "
-                         f"{'/'.join(REDUCTIONS)}(field('name')), param('name'))")
-    for c in children:
-        _check(c, text, depth + 1)
+class _Reductions:
+    """:class:`adaptors.expressions.Data` over a ``reduce(op, field)`` callable (no positions)."""
 
+    def __init__(self, reduce: Callable[[str, str], float]) -> None:
+        self._reduce = reduce
 
-class _ArithmeticProblem(ValueError):
-    """An operation of a condition failed (not a reduction or a parameter lookup)."""
+    def reduce(self, name: str, op: str) -> float:
+        return self._reduce(op, name)
 
+    def extreme(self, name: str, op: str):
+        nan = float("nan")
+        return ValuePosition(self._reduce(op, name), Vector(nan, nan, nan))
 
-def _constant(node: ast.AST) -> bool:
-    return not any(isinstance(n, (ast.Name, ast.Call)) for n in ast.walk(node))
-
-
-def _eval(n: ast.AST, text: str, names: dict, reduce, param):
-    """The value of a checked node; arithmetic errors become ValueError."""
-    if isinstance(n, ast.Constant):
-        return n.value
-    if isinstance(n, ast.Name):
-        return names[n.id]
-    if isinstance(n, ast.BoolOp):
-        vals = (_eval(v, text, names, reduce, param) for v in n.values)  # lazy, but every rank short-circuits alike
-        return all(vals) if isinstance(n.op, ast.And) else any(vals)
-    if isinstance(n, ast.UnaryOp):
-        v = _eval(n.operand, text, names, reduce, param)
-        return (not v) if isinstance(n.op, ast.Not) else (-v if isinstance(n.op, ast.USub) else +v)
-    if isinstance(n, ast.BinOp):
-        a, b = _eval(n.left, text, names, reduce, param), _eval(n.right, text, names, reduce, param)
-        try:
-            return _BIN[type(n.op)](a, b)
-        except (ArithmeticError, ValueError) as e:  # overflow, division by zero, a negative base's root
-            raise _ArithmeticProblem(f"{ast.unparse(n)}: {type(e).__name__}: {e}") from None
-    if isinstance(n, ast.Compare):
-        left = _eval(n.left, text, names, reduce, param)
-        for op, right in zip(n.ops, n.comparators):
-            r = _eval(right, text, names, reduce, param)
-            if not _CMP[type(op)](left, r):
-                return False
-            left = r
-        return True
-    if isinstance(n, ast.Call):
-        if n.func.id == "param":
-            return param(n.args[0].value)
-        return reduce(n.func.id, n.args[0].args[0].value)
-    raise AssertionError(ast.dump(n))
+    def __getattr__(self, what: str):
+        raise ValueError(f"{what}() needs the mesh; this evaluation has only min/max/sum/avg")
 
 
 def evaluate(text: str, *, cycle: int, time: float, reduce: Callable[[str, str], float],
              param: Callable[[str], float]) -> bool:
-    """Evaluate a condition.
+    """Evaluate a condition (insitu's older interface).
 
     Parameters
     ----------
@@ -172,8 +90,90 @@ def evaluate(text: str, *, cycle: int, time: float, reduce: Callable[[str, str],
     param : callable
         ``param(name) -> float``: a user parameter.
     """
-    tree = parse(text)
+    return holds(text, Env(cycle, time, _Reductions(reduce), {}, param))  # type: ignore[arg-type]
+
+
+def from_ascent(out: dict, convert: Callable[[list, list], dict], problems: list[str]) -> None:
+    """Rewrite the triggers of `out` given in Ascent's form, in place.
+
+    ``{params: {condition, actions_file | actions}}`` becomes ``{condition, actions: [names]}``,
+    the scenes and extracts its actions add; their pipelines, scenes and extracts are added to
+    `out`'s. `convert` turns an Ascent actions list into sections (the configuration's
+    ``_from_ascent_actions``). Each problem is appended with its path.
+    """
+    given = out.get("triggers")
+    if not isinstance(given, Mapping) or not any(isinstance(t, Mapping) and "params" in t for t in given.values()):
+        return
+    triggers: dict = {}
+    for name, t in given.items():
+        if not (isinstance(t, Mapping) and "params" in t):
+            triggers[name] = t
+            continue
+        path = f"triggers/{name}"
+        for k in t:
+            if k != "params":
+                problems.append(f"{path}: unknown key {k!r}; known: params (Ascent's form) or condition, every, "
+                                "actions (insitu's)")
+        p = t["params"]
+        if not isinstance(p, Mapping):
+            problems.append(f"{path}/params: expected a map of condition and actions_file or actions")
+            continue
+        for k in p:
+            if k not in ("condition", "actions_file", "actions"):
+                problems.append(f"{path}/params: unknown key {k!r}; known: condition, actions_file, actions")
+        if ("actions" in p) == ("actions_file" in p):
+            problems.append(f"{path}/params: give exactly one of actions_file or actions")
+            continue
+        where = f"{path}/params/" + ("actions" if "actions" in p else "actions_file")
+        actions = p["actions"] if "actions" in p else _read_actions(p["actions_file"], where, problems)
+        if actions is None:
+            continue
+        if not isinstance(actions, list):
+            problems.append(f"{where}: expected a list of Ascent actions, got {type(actions).__name__}")
+            continue
+        inner: list[str] = []
+        sections = convert(actions, inner)
+        problems.extend(f"{where}/{q}" for q in inner)
+        names: list[str] = []
+        for sec, items in sections.items():
+            if sec not in _SECTIONS:
+                problems.append(f"{where}: add_{sec} is not supported inside a trigger's actions "
+                                f"(only add_pipelines, add_scenes, add_extracts)")
+                continue
+            if not isinstance(items, Mapping):
+                problems.append(f"{where}: add_{sec}: expected a map of {sec}")
+                continue
+            mine = out.get(sec)
+            mine = dict(mine) if isinstance(mine, Mapping) else {}
+            for n, v in items.items():
+                n = str(n)
+                if n in mine and mine[n] != v:
+                    problems.append(f"{where}: {sec} {n!r} is also defined elsewhere, differently")
+                    continue
+                mine[n] = v
+                if sec != "pipelines":
+                    names.append(n)
+            out[sec] = mine
+        triggers[name] = {"condition": p.get("condition"), "actions": names}
+        if not isinstance(p.get("condition"), str):
+            problems.append(f"{path}/params/condition: expected an expression, got {p.get('condition')!r}")
+    out["triggers"] = triggers
+
+
+def _read_actions(path: Any, where: str, problems: list[str]) -> Any:
+    if not isinstance(path, (str, os.PathLike)):
+        problems.append(f"{where}: expected a path, got {path!r}")
+        return None
     try:
-        return bool(_eval(tree.body, text, {"cycle": cycle, "time": time}, reduce, param))
-    except _ArithmeticProblem as e:
-        raise ValueError(f"condition {text!r}: {e}") from None
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        problems.append(f"{where}: cannot read {os.fspath(path)} ({e.strerror})")
+        return None
+    try:
+        import yaml
+
+        return yaml.safe_load(text)
+    except Exception as e:  # yaml.YAMLError carries the line and column
+        problems.append(f"{where}: {os.fspath(path)} is not valid YAML/JSON: {e}")
+        return None

@@ -1,0 +1,248 @@
+"""Ascent's queries (``add_queries``) and the mesh side of expressions.
+
+::
+
+    - action: add_queries
+      queries:
+        q1: {params: {expression: "max(field('T'))", name: "max_T"}}
+        q2: {params: {expression: "max_T - history(max_T, relative_index = 1) > 100", name: "jump"}}
+
+Every executed cycle the queries run in the order given, before the triggers; each value is
+kept per cycle (a cycle executed twice keeps its last value), named in later expressions
+(``max_T``), reached back through ``history(...)``, and the newest is in
+``results()["queries"]`` as plain Python (:func:`adaptors.expressions.plain`).
+
+:class:`MeshData` computes the reductions expressions ask for over every real cell or node
+of every domain of every rank: each is a collective through :class:`adaptors.context.Context`
+(every rank evaluates the same expressions, hence calls the same collectives in the same
+order).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from insitu import arrays
+
+from .errors import MeshError
+from .expressions import AABB, BUILTIN_NAMES, Env, Histogram, ValuePosition, Vector, evaluate, parse, plain
+
+__all__ = ["MeshData", "Queries", "validate"]
+
+
+class MeshData:
+    """Global reductions of one step's domains (:class:`adaptors.mesh.MeshDomain`) for
+    :func:`adaptors.expressions.evaluate`; every method is collective over `ctx`.
+
+    Parameters
+    ----------
+    domains : list of MeshDomain
+        This rank's domains (possibly none).
+    ctx : adaptors.context.Context
+        The job's ranks.
+    """
+
+    def __init__(self, domains, ctx) -> None:
+        self.domains, self.ctx = list(domains), ctx
+
+    def _values(self, d, name: str):
+        if name not in d.fields:
+            raise MeshError(f"domain {d.domain_id}: no field {name!r}; fields: {', '.join(sorted(d.fields))}")
+        return d.real_values(name)
+
+    def reduce(self, name: str, op: str) -> float:
+        """``sum`` or ``avg`` of field `name` (NaN ignored)."""
+        return float(self.ctx.reduce_field(self.domains, name, op))
+
+    def extreme(self, name: str, op: str) -> ValuePosition:
+        """``max`` or ``min`` of field `name` (NaN ignored) and the world position of the node
+        (vertex field) or cell centre (element field) holding it: the first such value of the
+        lowest rank that has it."""
+        best: tuple | None = None  # (value, position, domain_id, index, assoc)
+        for d in self.domains:
+            v = self._values(d, name)
+            xp = arrays.get_array_module(v)
+            if v.size == 0:
+                continue
+            if v.dtype.kind == "f":
+                fill = -xp.inf if op == "max" else xp.inf
+                w = xp.where(xp.isnan(v), fill, v)
+            else:
+                w = v
+            k = int(arrays.scalar_to_host(xp.argmax(w) if op == "max" else xp.argmin(w)))
+            ijk = np.unravel_index(k, v.shape)
+            value = float(arrays.scalar_to_host(v[ijk]))
+            if math.isnan(value):
+                continue  # all NaN
+            if best is not None and not (value > best[0] if op == "max" else value < best[0]):
+                continue
+            f = d.fields[name]
+            lo = np.asarray(d.cells[0])
+            full = lo + np.asarray(ijk)  # index in the domain's whole array
+            centre = 0.0 if f.association == "vertex" else 0.5
+            pos = d.origin + (full + centre) * d.spacing
+            shape = f.values.shape
+            index = int(full[0] + shape[0] * (full[1] + shape[1] * full[2]))
+            best = (value, [float(p) for p in pos], int(d.domain_id), index, f.association)
+        everyone = self.ctx.allgather(best, what=f"{op} of field {name!r}")
+        rank, pick = -1, None
+        for r, b in enumerate(everyone):
+            if b is not None and (pick is None or (b[0] > pick[0] if op == "max" else b[0] < pick[0])):
+                rank, pick = r, b
+        if pick is None:
+            return ValuePosition(-math.inf if op == "max" else math.inf, Vector(math.nan, math.nan, math.nan))
+        return ValuePosition(pick[0], Vector(*pick[1]), rank, pick[2], pick[3], pick[4])
+
+    def count(self, name: str, what: str) -> float:
+        """How many values of field `name` are NaN (`what` ``nan``) or infinite (``inf``)."""
+        n = 0
+        for d in self.domains:
+            v = self._values(d, name)
+            if v.dtype.kind != "f":
+                continue
+            xp = arrays.get_array_module(v)
+            n += int(arrays.scalar_to_host(xp.count_nonzero(xp.isnan(v) if what == "nan" else xp.isinf(v))))
+        return float(self.ctx.allreduce([float(n)], "sum", what=f"{what} count of field {name!r}")[0])
+
+    def histogram(self, name: str, num_bins: int, min_val: float | None, max_val: float | None) -> Histogram:
+        """Counts of field `name` in `num_bins` equal bins over ``[min_val, max_val]`` (None:
+        the field's global minimum/maximum, NaN ignored), as Ascent bins them: bin
+        ``int((v - min_val) * num_bins / (max_val - min_val))``, clamped into the end bins;
+        NaN values are left out."""
+        if min_val is None or max_val is None:
+            lo, hi = math.inf, -math.inf
+            for d in self.domains:
+                v = self._values(d, name)
+                if v.size == 0:
+                    continue
+                xp = arrays.get_array_module(v)
+                f = (xp.nanmin, xp.nanmax) if v.dtype.kind == "f" else (xp.min, xp.max)
+                a, b = (float(arrays.scalar_to_host(g(v))) for g in f)
+                if not math.isnan(a):
+                    lo, hi = min(lo, a), max(hi, b)
+            m = self.ctx.allreduce([lo, -hi], "min", what=f"range of field {name!r} (histogram)")
+            lo, hi = (m[0] if min_val is None else min_val), (-m[1] if max_val is None else max_val)
+        else:
+            lo, hi = min_val, max_val
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ValueError(f"histogram of field {name!r}: its range [{lo}, {hi}] is not finite; give min_val "
+                             "and max_val")
+        if not lo < hi:
+            raise ValueError(f"histogram of field {name!r}: min_val ({lo}) must be smaller than max_val ({hi})")
+        counts = np.zeros(num_bins, np.float64)
+        scale = num_bins / (hi - lo)
+        for d in self.domains:
+            v = self._values(d, name)
+            if v.size == 0:
+                continue
+            xp = arrays.get_array_module(v)
+            v = v.astype(xp.float64)
+            if v.dtype.kind == "f":
+                v = v[~xp.isnan(v)]  # a copy of the real values: the reductions are small next to rendering
+            b = ((xp.clip(v, lo, hi) - lo) * scale).astype(xp.int64)
+            c = xp.bincount(xp.minimum(b.ravel(), num_bins - 1), minlength=num_bins)
+            counts += arrays.to_host(c)  # num_bins numbers
+        total = self.ctx.allreduce(counts.tolist(), "sum", what=f"histogram of field {name!r}")
+        return Histogram(np.asarray(total, np.float64).reshape(num_bins), float(lo), float(hi), int(num_bins))
+
+    def bounds(self) -> AABB:
+        """The world box of every rank's real cells."""
+        b = self.ctx.bounds(self.domains)
+        return AABB(Vector(b[0], b[2], b[4]), Vector(b[1], b[3], b[5]))
+
+
+def validate(section: Any, problems: list[str]) -> dict:
+    """Check the ``queries`` section ``{key: {params: {expression, name}}}``; return
+    ``{key: {"expression": ..., "name": ...}}``, appending each problem (with its path)."""
+    if section is None:
+        return {}
+    if not isinstance(section, Mapping):
+        problems.append(f"queries: expected a map of queries (name: {{params: {{expression, name}}}}), "
+                        f"got {type(section).__name__}")
+        return {}
+    out: dict = {}
+    names: dict[str, str] = {}
+    for key, q in section.items():
+        path = f"queries/{key}"
+        if not isinstance(q, Mapping) or not isinstance(q.get("params"), Mapping):
+            problems.append(f"{path}: expected {{params: {{expression, name}}}}")
+            continue
+        for k in q:
+            if k == "pipeline":
+                problems.append(f"{path}/pipeline: queries on a pipeline's output are not supported (they run on "
+                                "the simulation's mesh)")
+            elif k != "params":
+                problems.append(f"{path}: unknown key {k!r}; known: params")
+        p = q["params"]
+        for k in p:
+            if k not in ("expression", "name"):
+                problems.append(f"{path}/params: unknown key {k!r}; known: expression, name")
+        expr, name = p.get("expression"), p.get("name")
+        if not isinstance(name, str) or not name:
+            problems.append(f"{path}/params/name: expected a name, got {name!r}")
+        elif name in BUILTIN_NAMES:
+            problems.append(f"{path}/params/name: {name!r} is a built-in name ({', '.join(BUILTIN_NAMES)})")
+        elif name in names:
+            problems.append(f"{path}/params/name: {name!r} is also the name of queries/{names[name]}")
+        else:
+            names[name] = str(key)
+        if not isinstance(expr, str):
+            problems.append(f"{path}/params/expression: expected an expression, got {expr!r}")
+            continue
+        try:
+            parse(expr)
+        except ValueError as e:
+            problems.append(f"{path}/params/expression: {e}")
+            continue
+        out[str(key)] = {"expression": expr, "name": name}
+    for key, q in out.items():
+        unknown = [n for n in parse(q["expression"]).names if n not in names]
+        if unknown:
+            problems.append(f"queries/{key}/params/expression: unknown identifier(s) {', '.join(map(repr, unknown))}; "
+                            f"queries: {', '.join(names) or 'none'} (fields are written field('name'))")
+    return out
+
+
+class Queries:
+    """The configuration's queries and their values, cycle by cycle.
+
+    Parameters
+    ----------
+    section : mapping
+        The validated ``queries`` section (:func:`validate`).
+    """
+
+    def __init__(self, section: Mapping[str, Mapping]) -> None:
+        self._order = [(q["name"], q["expression"]) for q in section.values()]
+        self._cycles: dict[str, list[int]] = {}
+        #: name -> values, oldest first (what history() indexes).
+        self.values: dict[str, list[Any]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._order)
+
+    def run(self, cycle: int, time: float, data, param: Callable[[str], float] | None = None) -> None:
+        """Evaluate every query, in order, and keep the values of this cycle (collective)."""
+        for name, expr in self._order:
+            value = evaluate(expr, Env(cycle, time, data, self.values, param))
+            cycles, values = self._cycles.setdefault(name, []), self.values.setdefault(name, [])
+            if cycles and cycles[-1] == cycle:  # the same cycle again: its value replaced (as Ascent's cache)
+                values[-1] = value
+            else:
+                cycles.append(cycle)
+                values.append(value)
+
+    def env(self, cycle: int, time: float, data, param: Callable[[str], float] | None = None) -> Env:
+        """What a trigger's condition sees: the queries' values so far."""
+        return Env(cycle, time, data, self.values, param)
+
+    def latest(self) -> dict:
+        """``{name: newest value}`` as plain Python."""
+        return {name: plain(v[-1]) for name, v in self.values.items() if v}
+
+    def history(self) -> dict:
+        """``{name: {cycle: value}}`` as plain Python."""
+        return {name: {c: plain(v) for c, v in zip(self._cycles[name], vals)} for name, vals in self.values.items()}
