@@ -3,8 +3,10 @@
 :data:`EXTRACTS` maps each type to a function ``f(x: Extract) -> None`` run on every rank
 for every step the extract is due; its keys are :data:`adaptors.config.SCHEMA`'s
 ``extracts`` section, which checks the parameters. ``adios2`` writes composited frames
-(rank 0) through :class:`insitu.stream.FrameWriter`, ``adios2_mesh`` sends the domains in
-transit (:class:`adaptors.meshstream.MeshStream`), ``hdf5`` writes the fields. Streams
+(rank 0) through :class:`insitu.stream.FrameWriter`, ``adios2_mesh`` writes every rank's
+domains into one stream of global arrays (:class:`adaptors.meshstream.MeshStream`: a
+collective, rank 0 writes), ``hdf5`` writes the fields. Both ADIOS2 extracts carry the
+VTX (``vtk.xml``) and Fides attributes ParaView and VisIt open them with. Streams
 live in ``Extract.streams`` across steps; the adaptor closes them at ``finalize``.
 """
 
@@ -36,6 +38,7 @@ class Extract:
     images: Mapping[str, Any]  # "scene/render" -> the composited render (at rank 0)
     streams: dict[str, Any]  # extract name -> its open stream, kept across steps
     steer_readers: list  # viewers' steering streams the adaptor polls (rank 0)
+    ctx: Any = None  # the ranks' collectives (adaptors.context.Context); None: one process
     ctx: Any = None  # the job's Context (adaptors.context), for extracts with collectives (relay)
 
 
@@ -46,13 +49,17 @@ def hdf5(x: Extract) -> None:
 
 
 def adios2_mesh(x: Extract) -> None:
-    """This rank's domains to its in-transit stream ``<filename>.rank<r>``."""
+    """Every rank's domains to the one stream ``<filename>`` (collective: gathered to rank 0,
+    which writes)."""
     from .meshstream import MeshStream
 
     prm = x.params
     stream = x.streams.get(x.name)
     if stream is None:
-        stream = x.streams[x.name] = MeshStream(prm["filename"], prm["engine"], rank=x.rank,
+        if x.size > 1 and x.ctx is None:
+            raise ValueError(f"extract {x.name!r} (adios2_mesh): {x.size} ranks need the adaptor's Context "
+                             "(Extract.ctx) to gather their domains")
+        stream = x.streams[x.name] = MeshStream(prm["filename"], prm["engine"], ctx=x.ctx,
                                                 lossless=prm["lossless"], deadline=prm["deadline"])
     stream.write(x.domains, prm.get("fields"), step=x.step, time=x.time)
 

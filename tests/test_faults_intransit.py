@@ -25,10 +25,11 @@ MARGIN = 20.0
 
 
 def domains(step: int) -> list:
-    """Two domains of a simulation rank at `step` (their values tell the step)."""
-    a = np.arange(6 * 5 * 4, dtype=np.float64).reshape(6, 5, 4) + 1000 * step
-    b = np.full((4, 5, 6), float(step), np.float32)
-    return parse([uniform({"T": a}, domain_id=2), uniform({"T": b}, origin=(5.0, 0, 0), domain_id=7)])
+    """Two domains of a simulation rank at `step` tiling one 9x5x4-node grid (their values
+    tell the step; the node plane they share holds the same values in both)."""
+    g = np.arange(9 * 5 * 4, dtype=np.float64).reshape(9, 5, 4) + 1000 * step
+    return parse([uniform({"T": g[:6].copy()}, domain_id=2),
+                  uniform({"T": g[5:].copy()}, origin=(5.0, 0, 0), domain_id=7)])
 
 
 #: A simulation rank writing its domains in transit (argv: name, steps, deadline, lossless).
@@ -38,7 +39,7 @@ from adaptors.intransit import MeshStream
 from insitu.stream import ReaderTimeoutError
 from test_faults_intransit import domains
 name, count, deadline, lossless = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "1"
-w = MeshStream(name, "SST", rank=0, lossless=lossless, deadline=deadline)
+w = MeshStream(name, "SST", lossless=lossless, deadline=deadline)
 print("ready", flush=True)
 sys.stdin.readline()
 for i in range(count):
@@ -90,7 +91,7 @@ def test_a_lossless_mesh_stream_drops_an_analysis_reader_that_never_reads_and_go
     w = idle = None
     try:
         w = writer(name, count, DEADLINE, 1, 0.1)
-        idle = spawn(IDLE_READER, name + ".rank0")
+        idle = spawn(IDLE_READER, name)
         line_with(idle, "reader connected")
         tell(w)
         before = records(w, "step", DEADLINE + MARGIN + 30)
@@ -98,13 +99,13 @@ def test_a_lossless_mesh_stream_drops_an_analysis_reader_that_never_reads_and_go
         # the simulation gave up on the reader after its deadline, naming the stream and the reader,
         # which came over loopback (the contact file named "lo")
         assert DEADLINE - 0.5 <= stuck["seconds"] < DEADLINE + MARGIN, stuck
-        assert f"{name}.rank0" in stuck["error"] and "127.0.0.1:" in stuck["error"], stuck
+        assert f"SST stream {name}:" in stuck["error"] and "127.0.0.1:" in stuck["error"], stuck
         assert f"uid {os.geteuid()}" in stuck["error"], stuck
         assert all(r["seconds"] < DEADLINE + MARGIN for r in before)
         assert all(r["sent"] for r in before[:-1]), before
         # what it writes next reaches an analysis rank that does read: in order and whole
         tell(w)
-        got = list(read_steps([name + ".rank0"], timeout=60))
+        got = list(read_steps(name, timeout=60))
         after = records(w, "close", MARGIN + 60)
         assert w.wait(timeout=30) == 0
         steps = [s for s, _, _ in got]
@@ -114,7 +115,8 @@ def test_a_lossless_mesh_stream_drops_an_analysis_reader_that_never_reads_and_go
         assert after[-1]["dropped"] == steps[0] - stuck["step"] - 1  # until the good reader came
         step, t, mesh = got[-1]
         assert t == 0.5 * step and [m["state"]["domain_id"] for m in mesh] == [2, 7]
-        np.testing.assert_array_equal(mesh[0]["fields"]["T"]["values"], domains(step)[0].fields["T"].values)
+        for sent, back in zip(domains(step), mesh):  # real nodes: the shared plane from either side
+            np.testing.assert_array_equal(back["fields"]["T"]["values"], sent.fields["T"].values)
     finally:
         stop(w, idle)
 
@@ -124,16 +126,16 @@ def test_close_with_an_analysis_reader_that_never_reads_returns_within_the_deadl
     w = idle = None
     try:
         w = writer(name, 1, DEADLINE, 1)  # one step: the queue holds it, so only close waits
-        idle = spawn(IDLE_READER, name + ".rank0")
+        idle = spawn(IDLE_READER, name)
         line_with(idle, "reader connected")
         tell(w)
         out = records(w, "close", 60 + DEADLINE + MARGIN)
         assert out[0]["error"] is None and out[0]["sent"], out
         closed = out[-1]
         assert DEADLINE - 0.5 <= closed["close"] < DEADLINE + MARGIN, closed
-        assert f"{name}.rank0" in closed["error"] and "127.0.0.1:" in closed["error"], closed
+        assert f"SST stream {name}:" in closed["error"] and "127.0.0.1:" in closed["error"], closed
         assert w.wait(timeout=30) == 0
-        assert not os.path.exists(name + ".rank0.sst")  # no stale contact file for the next analysis
+        assert not os.path.exists(name + ".sst")  # no stale contact file for the next analysis
     finally:
         stop(w, idle)
 
@@ -144,7 +146,7 @@ def test_mesh_steps_flow_whole_and_in_order_over_loopback(tmp_path):
     try:
         w = writer(name, 3, 30, 1)
         tell(w)
-        got = list(read_steps([name + ".rank0"], timeout=60))
+        got = list(read_steps(name, timeout=60))
         assert json.loads(line_with(w, "close"))["error"] is None
         assert w.wait(timeout=60) == 0
     finally:
@@ -160,11 +162,11 @@ def test_mesh_steps_flow_whole_and_in_order_over_loopback(tmp_path):
 
 def test_bp5_mesh_files_still_round_trip(tmp_path):
     name = str(tmp_path / "mesh")
-    w = MeshStream(name, "BP5", rank=1)
+    w = MeshStream(name, "BP5")
     for i in range(2):
         assert w.write(domains(i), ["T"], step=i, time=0.5 * i)
     w.close()
-    got = list(read_steps([name + ".rank1"], engine="BP5", timeout=10))
+    got = list(read_steps(name, engine="BP5", timeout=10))
     assert [(s, t) for s, t, _ in got] == [(0, 0.0), (1, 0.5)]
     np.testing.assert_array_equal(got[1][2][1]["fields"]["T"]["values"], domains(1)[1].fields["T"].values)
 
@@ -191,23 +193,23 @@ def plant(path: str, *, owner: int | None = None, mode: int = 0o644, target: str
 
 
 def test_the_analysis_refuses_mesh_streams_others_could_have_written(tmp_path):
-    shared = str(tmp_path / "shared.rank0")
+    shared = str(tmp_path / "shared")
     plant(shared, mode=0o666)
-    with pytest.raises(ContactFileError, match=r"shared\.rank0\.sst: writable by others \(mode 666"):
-        next(read_steps([shared], timeout=5))
-    linked = str(tmp_path / "linked.rank0")
+    with pytest.raises(ContactFileError, match=r"shared\.sst: writable by others \(mode 666"):
+        next(read_steps(shared, timeout=5))
+    linked = str(tmp_path / "linked")
     plant(linked, target=shared + ".sst")
-    with pytest.raises(ContactFileError, match=r"linked\.rank0\.sst: a symbolic link"):
-        next(read_steps([linked], timeout=5))
+    with pytest.raises(ContactFileError, match=r"linked\.sst: a symbolic link"):
+        next(read_steps(linked, timeout=5))
     with folder(0o777) as d:
-        plant(os.path.join(d, "open.rank0"))
-        with pytest.raises(ContactFileError, match=r"open\.rank0\.sst.*world-writable without the sticky bit"):
-            next(read_steps([os.path.join(d, "open.rank0")], timeout=5))
+        plant(os.path.join(d, "open"))
+        with pytest.raises(ContactFileError, match=r"open\.sst.*world-writable without the sticky bit"):
+            next(read_steps(os.path.join(d, "open"), timeout=5))
     if os.geteuid() == 0:  # only root can give a file away
-        planted = str(tmp_path / "planted.rank0")
+        planted = str(tmp_path / "planted")
         plant(planted, owner=65534)
-        with pytest.raises(ContactFileError, match=r"planted\.rank0\.sst: owned by uid 65534"):
-            next(read_steps([planted], timeout=5))
+        with pytest.raises(ContactFileError, match=r"planted\.sst: owned by uid 65534"):
+            next(read_steps(planted, timeout=5))
 
 
 #: Another user's SST writer under a simulation rank's stream name (plain ADIOS2: the
@@ -239,9 +241,9 @@ def test_a_mesh_stream_written_by_another_user_is_refused():
         name = os.path.join(d, "mesh")
         hostile = None
         try:
-            hostile = spawn(HOSTILE, name + ".rank0", user=user)
+            hostile = spawn(HOSTILE, name, user=user)
             line_with(hostile, "writing")
-            with pytest.raises(ContactFileError, match=r"mesh\.rank0\.sst: owned by uid 65534"):
-                next(read_steps([name + ".rank0"], timeout=30))
+            with pytest.raises(ContactFileError, match=r"mesh\.sst: owned by uid 65534"):
+                next(read_steps(name, timeout=30))
         finally:
             stop(hostile)
