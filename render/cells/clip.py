@@ -573,28 +573,31 @@ def _cpu():
 
     @numba.njit(cache=True, nogil=True)
     def number_edges(keys, n, shift):
-        """The distinct keys (``lo << shift | hi``, sentinels aside) in order, as (lo, hi), and
-        the rank of each key among them: a counting sort by lo (buckets of a few his)."""
-        sent = np.iinfo(np.int64).max
+        """The distinct keys (``lo << shift | hi``) in order, as (lo, hi), and the rank of
+        each key among them: a counting sort by lo (buckets of a few his); only sequential
+        passes over the points, the rest over the keys."""
         mask = (np.int64(1) << shift) - 1
         start = np.zeros(n + 1, np.int64)
+        los = np.empty(keys.shape[0], np.int64)  # the los present, in order of appearance
+        nl = 0
         for key in keys:
-            if key != sent:
-                start[(key >> shift) + 1] += 1
+            lo = key >> shift
+            if start[lo + 1] == 0:
+                los[nl] = lo
+                nl += 1
+            start[lo + 1] += 1
         for p in range(n):
             start[p + 1] += start[p]
         fill = start[:-1].copy()
-        his = np.empty(start[n], np.int64)
+        his = np.empty(keys.shape[0], np.int64)
         for key in keys:
-            if key != sent:
-                lo = key >> shift
-                his[fill[lo]] = key & mask
-                fill[lo] += 1
-        ucount = fill  # reused: distinct his per bucket, then their running total
-        ucount[0] = 0
-        nu = 0
-        for p in range(n):  # sort each bucket, keep its distinct his at its front
-            a, b = start[p], start[p + 1]
+            lo = key >> shift
+            his[fill[lo]] = key & mask
+            fill[lo] += 1
+        ustart = np.zeros(n + 1, np.int64)
+        for li in range(nl):  # sort each bucket, keep its distinct his at its front
+            lo = los[li]
+            a, b = start[lo], start[lo + 1]
             for i in range(a + 1, b):
                 x = his[i]
                 j = i - 1
@@ -607,26 +610,26 @@ def _cpu():
                 if u == 0 or his[a + u - 1] != his[i]:
                     his[a + u] = his[i]
                     u += 1
-            ucount[p] = nu
-            nu += u
-        ulo = np.empty(nu, np.int64)
-        uhi = np.empty(nu, np.int64)
+            ustart[lo + 1] = u
         for p in range(n):
-            u = (ucount[p + 1] if p + 1 < n else nu) - ucount[p]
-            for i in range(u):
-                ulo[ucount[p] + i] = p
-                uhi[ucount[p] + i] = his[start[p] + i]
+            ustart[p + 1] += ustart[p]
+        ulo = np.empty(ustart[n], np.int64)
+        uhi = np.empty(ustart[n], np.int64)
+        for li in range(nl):
+            lo = los[li]
+            for i in range(ustart[lo + 1] - ustart[lo]):
+                ulo[ustart[lo] + i] = lo
+                uhi[ustart[lo] + i] = his[start[lo] + i]
         uid = np.empty(keys.shape[0], np.int64)
         for i in range(keys.shape[0]):
             key = keys[i]
-            if key != sent:
-                lo = key >> shift
-                hi = key & mask
-                a = start[lo]
-                j = 0
-                while his[a + j] != hi:
-                    j += 1
-                uid[i] = ucount[lo] + j
+            lo = key >> shift
+            hi = key & mask
+            a = start[lo]
+            j = 0
+            while his[a + j] != hi:
+                j += 1
+            uid[i] = ustart[lo] + j
         return ulo, uhi, uid
 
     @numba.njit(cache=True, nogil=True)
