@@ -1,13 +1,16 @@
 """CUDA kernels of the cell contour: the algorithm and numbering of _contour_cpu.py.
 
-A thread per cell, blocks of 256 consecutive cells standing for the CPU's chunks. Per
-level: cc_count reads the cell's corner values once, writes its case and adds up the
-block's crossed edges and faces; CuPy's cumsum scans the block totals; after one read of
-the totals (to size the outputs) cc_emit scans the block's counts again from the cases
-(one byte a cell) and lets the crossed cells write their edge keys, faces (slot numbers)
-and cell ids. The weld sorts each level's keys (cupy.argsort), marks the first of each
-run (cc_first), numbers them (cumsum) and cc_vertex interpolates each vertex once and
-maps every slot to its vertex; a second read fetches the vertex counts.
+A thread takes CPT = 4 consecutive cells, a block BLOCK * CPT (standing for the CPU's
+chunks), in both passes. Cells lie one after the other in the connectivity, sized by
+their types (cell_mesh checks it), so a block reads one offset and scans its cells' sizes
+instead of reading an offset per cell. Per level: cc_count reads the cells' corner
+values once, writes each case (a byte) and adds up the block's crossed edges and faces;
+CuPy's cumsum scans the block totals; after one read of the totals (to size the outputs)
+cc_emit skips the blocks where nothing is crossed, scans the rest's counts again from the
+cases and lets the crossed cells write their edge keys, faces (slot numbers) and cell
+ids. The weld sorts each level's keys (cupy.argsort), marks the first of each run
+(cc_first), numbers them (cumsum), and cc_vertex interpolates each vertex once and maps
+every slot to its vertex; a second read fetches the vertex counts.
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ from ._contour_tables import MAX_FACES, MAX_SLOTS, TABLES
 _log = get_logger(__name__)
 
 _BLOCK = 256
+_CPT = 4
 _CTYPE = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long", np.dtype(np.float32): "float",
           np.dtype(np.float64): "double"}
 
 _SOURCE = r"""
 #define BLOCK %(block)d
+#define CPT %(cpt)d  // cells per thread in both passes
 #define MAX_SLOTS %(max_slots)d
 #define MAX_FACES %(max_faces)d
 #define NAN_BIT (1u << 16)
@@ -47,21 +52,22 @@ __device__ __forceinline__ int block_sum(int x, int* sh) {
     return s;
 }
 
-// Exclusive scan of x over the block, in thread order; `sh`: BLOCK / 32 ints.
-__device__ __forceinline__ int block_exclusive(int x, int* sh) {
+// Exclusive scan of x over the block of NT threads, in thread order; `sh`: NT / 32 Ts.
+template <int NT, typename T>
+__device__ __forceinline__ T block_exclusive(T x, T* sh) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int inc = x;
+    T inc = x;
     #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
-        const int y = __shfl_up_sync(FULL, inc, d);
+        const T y = __shfl_up_sync(FULL, inc, d);
         if (lane >= d) inc += y;
     }
     __syncthreads();
     if (lane == 31) sh[warp] = inc;
     __syncthreads();
-    int before = 0;
+    T before = 0;
     #pragma unroll
-    for (int w = 0; w < BLOCK / 32; ++w) before += w < warp ? sh[w] : 0;
+    for (int w = 0; w < NT / 32; ++w) before += w < warp ? sh[w] : 0;
     return before + inc - x;
 }
 
@@ -72,41 +78,67 @@ struct Cells {  // the mesh's CSR arrays and their strides (elements)
     long long n;
 };
 
+// Corners per cell by type code (VTK's fixed sizes; 0 for polygons and non-cells).
+__constant__ int SIZE[16] = {0, 1, 0, 2, 0, 3, 0, 0, 0, 4, 4, 0, 8, 6, 5, 0};
+#define POLYGON 7
+
 // Pass 1 for one level: code[c] the case of cell c, tot_v/tot_f[blockIdx.x] the block's
 // crossed edges and faces, flags |= 1 << type of the types met, NAN_BIT for a NaN corner.
-extern "C" __global__ void cc_count(const Cells m, const VAL* __restrict__ values, const long long vs,
-                                    const double level, const int* __restrict__ base,
-                                    const unsigned char* __restrict__ nvert, const unsigned char* __restrict__ nface,
-                                    unsigned char* __restrict__ code, int* __restrict__ tot_v,
-                                    int* __restrict__ tot_f, unsigned int* __restrict__ flags) {
+// A thread takes CPT consecutive cells. They lie one after the other in the
+// connectivity, sized by their types (as cell_mesh checks), so a block reads one offset
+// and scans its threads' sizes: no per-cell offsets, and each thread has all its cells'
+// loads in flight at once. A block holding a polygon (not contoured: the call will
+// raise) only reports its types.
+extern "C" __global__ void __launch_bounds__(BLOCK) cc_count(
+        const Cells m, const VAL* __restrict__ values, const long long vs, const double level,
+        const int* __restrict__ base, const unsigned char* __restrict__ nvert, const unsigned char* __restrict__ nface,
+        unsigned char* __restrict__ code, int* __restrict__ tot_v, int* __restrict__ tot_f,
+        unsigned int* __restrict__ flags) {
     __shared__ int sh[BLOCK / 32];
-    const long long c = (long long)blockIdx.x * BLOCK + threadIdx.x;
+    const long long c0 = (long long)blockIdx.x * (BLOCK * CPT), cb = c0 + (long long)threadIdx.x * CPT;
+    int t[CPT], sum = 0;
+    bool poly = false;
     unsigned int fl = 0;
+    #pragma unroll
+    for (int j = 0; j < CPT; ++j) {
+        t[j] = cb + j < m.n ? m.types[(cb + j) * m.ts] & 15 : 0;
+        if (cb + j < m.n) fl |= 1u << t[j];
+        sum += SIZE[t[j]];
+        poly |= t[j] == POLYGON;
+    }
+    const long long o0 = m.off[c0 * m.os];
+    long long o = o0 + block_exclusive<BLOCK>(sum, sh);
     int nv = 0, nf = 0;
-    if (c < m.n) {
-        const int t = m.types[c * m.ts] & 15;
-        fl = 1u << t;
-        const int b = base[t];
-        int mask = 0;
-        if (b >= 0) {
-            const long long o = m.off[c * m.os];
-            const int n = (int)(m.off[(c + 1) * m.os] - o);
+    if (!__syncthreads_or(poly)) {
+        #pragma unroll
+        for (int j = 0; j < CPT; ++j) {
+            const int size = SIZE[t[j]];
+            int mask = 0;
             #pragma unroll
             for (int i = 0; i < 8; ++i) {
-                if (i < n) {
+                if (i < size) {
                     const double x = (double)values[(long long)m.conn[(o + i) * m.cs] * vs];
                     mask |= (x >= level) << i;
                     if (x != x) fl |= NAN_BIT;
                 }
             }
-            nv = nvert[b + mask];
-            nf = nface[b + mask];
+            o += size;
+            const int b = base[t[j]];
+            if (b < 0) mask = 0;
+            else {
+                nv += nvert[b + mask];
+                nf += nface[b + mask];
+            }
+            if (cb + j < m.n) code[cb + j] = (unsigned char)mask;
         }
-        code[c] = (unsigned char)mask;
+    } else {
+        #pragma unroll
+        for (int j = 0; j < CPT; ++j)
+            if (cb + j < m.n) code[cb + j] = 0;
     }
     fl = __reduce_or_sync(FULL, fl);
     if ((threadIdx.x & 31) == 0 && fl) atomicOr(flags, fl);
-    // both counts in one sum: a block has at most 256 x 12 crossed edges and 256 x 5 faces
+    // both counts in one sum: a block has at most 1024 x 12 crossed edges and 1024 x 5 faces
     const int s = block_sum((nv << 16) | nf, sh);
     if (threadIdx.x == 0) {
         tot_v[blockIdx.x] = s >> 16;
@@ -114,40 +146,56 @@ extern "C" __global__ void cc_count(const Cells m, const VAL* __restrict__ value
     }
 }
 
-// Pass 2 for one level: every crossed cell writes its slots' keys (lo * npoints + hi),
-// its faces (slot numbers) and their cell, from the block's first slot and face
-// (inc - tot: the scan of cc_count's totals) and the block's scan of its cells' counts.
-extern "C" __global__ void cc_emit(const Cells m, const unsigned char* __restrict__ code, const int* __restrict__ base,
-                                   const unsigned char* __restrict__ nvert, const unsigned char* __restrict__ nface,
-                                   const unsigned char* __restrict__ slots, const unsigned char* __restrict__ ftab,
-                                   const int* __restrict__ tot_v, const int* __restrict__ tot_f,
-                                   const long long* __restrict__ inc_v, const long long* __restrict__ inc_f,
-                                   const long long npoints, const int ncol, long long* __restrict__ keys,
-                                   int* __restrict__ faces, long long* __restrict__ cells) {
-    __shared__ int sh[BLOCK / 32];
-    const long long c = (long long)blockIdx.x * BLOCK + threadIdx.x;
-    int cs = 0, nv = 0, nf = 0;
-    if (c < m.n) {
-        const int b = base[m.types[c * m.ts] & 15];
-        if (b >= 0) {
-            cs = b + code[c];
-            nv = nvert[cs];
-            nf = nface[cs];
+// Pass 2 for one level, the cells of cc_count's threads and blocks: every crossed cell
+// writes its slots' keys (lo * npoints + hi), its faces (slot numbers) and their cell,
+// from the block's first slot and face (inc - tot: the scan of cc_count's totals) and the
+// block's scan of its cells' counts; its ids start at the block's first offset plus the
+// sizes of the cells before it (no polygons reach here).
+extern "C" __global__ void __launch_bounds__(BLOCK) cc_emit(
+        const Cells m, const unsigned char* __restrict__ code, const int* __restrict__ base,
+        const unsigned char* __restrict__ nvert, const unsigned char* __restrict__ nface,
+        const unsigned char* __restrict__ slots, const unsigned char* __restrict__ ftab,
+        const int* __restrict__ tot_v, const int* __restrict__ tot_f, const long long* __restrict__ inc_v,
+        const long long* __restrict__ inc_f, const long long npoints, const int ncol, long long* __restrict__ keys,
+        int* __restrict__ faces, long long* __restrict__ cells) {
+    __shared__ long long sh[BLOCK / 32];
+    const int tv = tot_v[blockIdx.x];
+    if (tv == 0) return;  // nothing crossed in the block
+    const long long c0 = (long long)blockIdx.x * (BLOCK * CPT), cb = c0 + (long long)threadIdx.x * CPT;
+    const long long v0b = inc_v[blockIdx.x] - tv, f0b = inc_f[blockIdx.x] - tot_f[blockIdx.x];
+    const long long o0 = m.off[c0 * m.os];
+    int cs[CPT], sz[CPT];
+    long long sum = 0;
+    #pragma unroll
+    for (int j = 0; j < CPT; ++j) {
+        cs[j] = sz[j] = 0;
+        if (cb + j < m.n) {
+            const int t = m.types[(cb + j) * m.ts] & 15;
+            cs[j] = base[t] + code[cb + j];
+            sz[j] = SIZE[t];
+            sum += ((long long)sz[j] << 40) | (nvert[cs[j]] << 20) | nface[cs[j]];
         }
     }
-    const int s = block_exclusive((nv << 16) | nf, sh);
-    if (nv == 0) return;
-    const long long v0 = inc_v[blockIdx.x] - tot_v[blockIdx.x] + (s >> 16);
-    const long long f0 = inc_f[blockIdx.x] - tot_f[blockIdx.x] + (s & 0xFFFF);
-    const long long o = m.off[c * m.os];
-    for (int k = 0; k < nv; ++k) {
-        const long long p = (long long)m.conn[(o + slots[(cs * MAX_SLOTS + k) * 2]) * m.cs];
-        const long long q = (long long)m.conn[(o + slots[(cs * MAX_SLOTS + k) * 2 + 1]) * m.cs];
-        keys[v0 + k] = p < q ? p * npoints + q : q * npoints + p;
-    }
-    for (int f = 0; f < nf; ++f) {
-        for (int j = 0; j < ncol; ++j) faces[(f0 + f) * ncol + j] = (int)(v0 + ftab[(cs * MAX_FACES + f) * 3 + j]);
-        cells[f0 + f] = c;
+    // sizes (< 2^14 a block), crossed edges (< 2^14) and faces (< 2^13) in one scan
+    const long long s = block_exclusive<BLOCK>(sum, sh);
+    if ((sum & 0xFFFFFFFFFFll) == 0) return;
+    long long o = o0 + (s >> 40), v0 = v0b + ((s >> 20) & 0xFFFFF), f0 = f0b + (s & 0xFFFFF);
+    #pragma unroll
+    for (int j = 0; j < CPT; ++j) {
+        if (cb + j >= m.n) break;
+        const int c = cs[j], nv = nvert[c], nf = nface[c];
+        for (int k = 0; k < nv; ++k) {
+            const long long p = (long long)m.conn[(o + slots[(c * MAX_SLOTS + k) * 2]) * m.cs];
+            const long long q = (long long)m.conn[(o + slots[(c * MAX_SLOTS + k) * 2 + 1]) * m.cs];
+            keys[v0 + k] = p < q ? p * npoints + q : q * npoints + p;
+        }
+        for (int f = 0; f < nf; ++f) {
+            for (int i = 0; i < ncol; ++i) faces[(f0 + f) * ncol + i] = (int)(v0 + ftab[(c * MAX_FACES + f) * 3 + i]);
+            cells[f0 + f] = cb + j;
+        }
+        o += sz[j];
+        v0 += nv;
+        f0 += nf;
     }
 }
 
@@ -197,7 +245,7 @@ def _module(id_t: str, val_t: str, pt_t: str, col_t: str):
     import cupy
 
     defs = f"#define ID {id_t}\n#define VAL {val_t}\n#define PT {pt_t}\n#define COL {col_t}\n"
-    src = defs + _SOURCE % {"block": _BLOCK, "max_slots": MAX_SLOTS, "max_faces": MAX_FACES}
+    src = defs + _SOURCE % {"block": _BLOCK, "cpt": _CPT, "max_slots": MAX_SLOTS, "max_faces": MAX_FACES}
     compiling(_log, f"the cell contour kernels (cc_*) for ids {id_t}, values {val_t}, points {pt_t}, colour {col_t}",
               cupy_cache_dir())
     # no fused multiply-adds: the vertices come out bit for bit as on the CPU
@@ -251,7 +299,7 @@ def contour(pts, conn, offsets, types, vals, levels, col, check_flags):
     base, nvert, nface, slots, ftab = _tables(pts.device.id)
     cells_rec = _cells_record(conn, offsets, types)
     vs = np.int64(_stride(vals, "values")[0])
-    nb = -(-ncells // _BLOCK)
+    nb = -(-ncells // (_BLOCK * _CPT))
     code = xp.empty((nlev, ncells), xp.uint8)
     tot = xp.empty((2, nlev, nb), xp.int32)
     flags = xp.zeros(2, xp.uint32)  # pass 1's, the colour's
