@@ -44,7 +44,7 @@ from insitu import arrays
 from render.cells import POLYGON, SHAPE_TYPES
 
 from .context import PeerFailedError
-from .errors import AdaptorError
+from .errors import AdaptorError, MeshError
 from .mesh import CellDomain, MeshDomain, VectorField
 
 __all__ = ["PROTOCOLS", "blueprint_domain", "relay", "root_index", "write_mesh"]
@@ -119,9 +119,10 @@ def write_mesh(path: str, domains: Sequence[MeshDomain | CellDomain], *, protoco
 
     Raises
     ------
-    ValueError, KeyError
-        Bad parameters, naming the key (``protocol``, ``fields``, ``topologies``,
-        ``num_files``), raised on every rank before anything is written.
+    ValueError
+        Bad parameters, naming the key (``protocol``, ``num_files``; a
+        :class:`~adaptors.errors.MeshError` for ``fields`` or ``topologies`` a domain
+        lacks), raised on every rank before anything is written.
     OSError
         A file or folder that cannot be written (the rank that failed raises it; the
         others raise :class:`~adaptors.context.PeerFailedError`); no ``.root`` is written
@@ -357,7 +358,7 @@ def select_fields(d, fields: Sequence[str] | None, topologies: Sequence[str] | N
     out: list[str] = []
     for t in topologies or ():
         if t != topo:
-            raise KeyError(f"{what}: params/topologies: domain {d.domain_id} has no topology {t!r}; "
+            raise MeshError(f"{what}: params/topologies: domain {d.domain_id} has no topology {t!r}; "
                            f"topologies: {topo!r}")
         out = list(have)
     if fields is not None and not fields:
@@ -368,7 +369,7 @@ def select_fields(d, fields: Sequence[str] | None, topologies: Sequence[str] | N
         head = name.split("/")[0]
         base = head if head != name and _vector(d, head) is not None else name  # vel/x, vel/magnitude: vel
         if base not in have:
-            raise KeyError(f"{what}: params/fields: domain {d.domain_id} has no field {name!r}; fields: "
+            raise MeshError(f"{what}: params/fields: domain {d.domain_id} has no field {name!r}; fields: "
                            f"{', '.join(repr(h) for h in have)}")
         if base not in out:
             out.append(base)
