@@ -38,7 +38,6 @@ class Extract:
     images: Mapping[str, Any]  # "scene/render" -> the composited render (at rank 0)
     streams: dict[str, Any]  # extract name -> its open stream, kept across steps
     steer_readers: list  # viewers' steering streams the adaptor polls (rank 0)
-    ctx: Any = None  # the ranks' collectives (adaptors.context.Context); None: one process
     ctx: Any = None  # the job's Context (adaptors.context), for extracts with collectives (relay)
 
 
