@@ -362,13 +362,24 @@ def test_bad_input():
     assert clip(poly, np.array([0.0, 1.0, 2.0]), 5.0).mesh.n_cells == 1  # whole: passed through
 
 
-@pytest.mark.parametrize("name", [*MESHES, "quads", "tris"])
+def orphans():
+    """The mixed mesh with points no cell uses, among its own."""
+    m = mixed()
+    rng = np.random.default_rng(9)
+    pts = np.concatenate([m.points, rng.uniform(0, 1, (40, 3))])
+    order = rng.permutation(len(pts))
+    where = np.empty_like(order)
+    where[order] = np.arange(len(pts))
+    return cell_mesh(pts[order], where[m.connectivity], m.types, m.offsets)
+
+
+@pytest.mark.parametrize("name", [*MESHES, "quads", "tris", "orphans"])
 def test_numba_path_equals_whole_array_path(name, monkeypatch):
     """The host's Numba kernels give the mesh the whole-array path (the one CuPy runs) gives:
     same cells in the same order, same points."""
     import render.cells.clip as clip_module
 
-    m = {**MESHES, "quads": quads, "tris": tris}[name]()
+    m = {**MESHES, "quads": quads, "tris": tris, "orphans": orphans}[name]()
     s = smooth(m.points)
     pf, cf = {"s": s}, {"c": np.arange(m.n_cells)}
     runs = []
@@ -383,3 +394,4 @@ def test_numba_path_equals_whole_array_path(name, monkeypatch):
         np.testing.assert_array_equal(a.mesh.points, b.mesh.points)
         np.testing.assert_array_equal(a.point_fields["s"], b.point_fields["s"])
         np.testing.assert_array_equal(a.cell_fields["c"], b.cell_fields["c"])
+        assert len(np.unique(a.mesh.connectivity)) == a.mesh.n_points  # points no cell uses are left out
