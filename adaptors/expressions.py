@@ -248,7 +248,9 @@ def parse(text: str) -> Program:
         raise ValueError(f"cannot parse {text!r}: too deeply nested or not text") from None
     if not tree.body or not isinstance(tree.body[-1], ast.Expr):
         raise ValueError(f"{text!r}: the last statement must be an expression")
-    assignments, local, names = [], set(), []
+    assignments: list[tuple[str, ast.expr]] = []
+    local: set[str] = set()
+    names: list[str] = []
     for st in tree.body[:-1]:
         if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)):
             raise ValueError(f"{text!r}: only assignments 'name = expression' may come before the expression")
@@ -760,7 +762,7 @@ class _Evaluator:
         return self.data("bounds()").bounds()
 
     def history(self, nodes: dict) -> Any:
-        name = nodes["expr_name"].id  # type: ignore[attr-defined]  # checked by parse
+        name = nodes["expr_name"].id  # a Name: checked by parse
         rel = self.eval(nodes["relative_index"]) if "relative_index" in nodes else None
         absolute = self.eval(nodes["absolute_index"]) if "absolute_index" in nodes else None
         if (rel is None) == (absolute is None):

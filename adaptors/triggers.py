@@ -90,7 +90,7 @@ def evaluate(text: str, *, cycle: int, time: float, reduce: Callable[[str, str],
     param : callable
         ``param(name) -> float``: a user parameter.
     """
-    return holds(text, Env(cycle, time, _Reductions(reduce), {}, param))  # type: ignore[arg-type]
+    return holds(text, Env(cycle, time, _Reductions(reduce), {}, param))
 
 
 def from_ascent(out: dict, convert: Callable[[list, list], dict], problems: list[str]) -> None:
