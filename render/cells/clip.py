@@ -355,6 +355,8 @@ def _clip_cpu(mesh, s, value, inside, used, renum, wout, n_whole, whole_len, n_u
             off[c0 + 1:] = e0 + 3 * np.arange(1, n2 + 1)
             types[c0:] = TRIANGLE
             cells[c0:] = parent[src]
+    if 2 * nconn < len(wconn):  # most of the buffers unused: hand back arrays of their own
+        conn, off, types, cells = conn.copy(), off.copy(), types.copy(), cells.copy()
     return _carry(CellMesh(allp, conn, off, types), cells, used_idx, lo, hi, t, pf, cf)
 
 
