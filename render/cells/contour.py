@@ -9,8 +9,11 @@ faces. One vertex per crossed mesh edge and level, shared by every face that use
 
 Both backends run the same two passes over the cells (count per cell and scan, emit)
 and weld the vertices by sorting the crossed edges' keys. On the GPU two small reads
-reach the host (the totals after the count, the vertex counts after the weld; counted
-as scalar reads by :mod:`insitu.arrays`); nothing else leaves the device.
+reach the host, counted as scalar reads by :mod:`insitu.arrays`: after the count the
+flags and each level's totals (1 + 2 x levels values), after the weld each level's
+vertex count and the colour's NaN flag (levels + 1 values); nothing else leaves the
+device. The GPU passes find a cell's ids from the sizes of the cells before it (its
+type's size, as :func:`cell_mesh` checks), not from its offset.
 """
 
 from __future__ import annotations
