@@ -69,7 +69,11 @@ def _oriented_faces(shape: int) -> list[tuple[int, ...]]:
 
 def edges(shape: int) -> list[tuple[int, int]]:
     """The shape's edges as sorted corner pairs, in increasing order."""
-    return sorted({tuple(sorted((f[i], f[(i + 1) % len(f)]))) for f in _FACES[shape] for i in range(len(f))})
+    return sorted({_pair(f[i], f[(i + 1) % len(f)]) for f in _FACES[shape] for i in range(len(f))})
+
+
+def _pair(a: int, b: int) -> tuple[int, int]:
+    return (a, b) if a < b else (b, a)
 
 
 def case(shape: int, mask: int) -> tuple[list[tuple[int, int]], list[tuple[int, ...]]]:
@@ -79,10 +83,10 @@ def case(shape: int, mask: int) -> tuple[list[tuple[int, int]], list[tuple[int, 
     slots = [e for e in edges(shape) if above[e[0]] != above[e[1]]]
     slot = {e: n for n, e in enumerate(slots)}
     nxt: dict[int, int] = {}
-    segments = []
+    segments: list[tuple[int, ...]] = []
     for f in _oriented_faces(shape):
         walk = [(f[i], f[(i + 1) % len(f)]) for i in range(len(f))]
-        crossings = [(slot[tuple(sorted(w))], above[w[0]]) for w in walk if above[w[0]] != above[w[1]]]
+        crossings = [(slot[_pair(*w)], above[w[0]]) for w in walk if above[w[0]] != above[w[1]]]
         for i, (s, down) in enumerate(crossings):
             if down:  # joined to the crossing before it (an up one)
                 prev = crossings[i - 1][0]
@@ -117,7 +121,7 @@ def build() -> dict[str, np.ndarray]:
         faces : (cases, max faces, 3) uint8 -- slot indices (segments use the first two).
     """
     base = np.full(16, -1, np.int32)
-    per_case = []
+    per_case: list[tuple[list[tuple[int, int]], list[tuple[int, ...]]]] = []
     for shape in SHAPES:
         base[shape] = len(per_case)
         per_case += [case(shape, m) for m in range(1 << len(REFERENCE[shape]))]
