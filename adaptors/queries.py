@@ -134,17 +134,22 @@ class MeshData:
             raise ValueError(f"histogram of field {name!r}: min_val ({lo}) must be smaller than max_val ({hi})")
         counts = np.zeros(num_bins, np.float64)
         scale = num_bins / (hi - lo)
+        acc = None  # the counts of the domains on the device, summed there: one copy to the host
         for d in self.domains:
             v = self._values(d, name)
             if v.size == 0:
                 continue
             xp = arrays.get_array_module(v)
             v = v.astype(xp.float64)
-            if v.dtype.kind == "f":
-                v = v[~xp.isnan(v)]  # a copy of the real values: the reductions are small next to rendering
+            v = v[~xp.isnan(v)]  # a copy of the real values: these reductions are small next to rendering
             b = ((xp.clip(v, lo, hi) - lo) * scale).astype(xp.int64)
-            c = xp.bincount(xp.minimum(b.ravel(), num_bins - 1), minlength=num_bins)
-            counts += arrays.to_host(c)  # num_bins numbers
+            c = xp.bincount(xp.minimum(b, num_bins - 1), minlength=num_bins)
+            if xp is np:
+                counts += c
+            else:
+                acc = c if acc is None else acc + c
+        if acc is not None:
+            counts += arrays.to_host(acc)  # num_bins numbers
         total = self.ctx.allreduce(counts.tolist(), "sum", what=f"histogram of field {name!r}")
         return Histogram(np.asarray(total, np.float64).reshape(num_bins), float(lo), float(hi), int(num_bins))
 

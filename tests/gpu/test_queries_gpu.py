@@ -1,0 +1,54 @@
+"""adaptors.queries.MeshData with CuPy fields: every reduction an expression asks for (max/min
+with positions, sum, avg, NaN/inf counts, histograms, entropy) equals the CPU's on the same
+values; nothing is uploaded, and a histogram's counts come to the host in one copy."""
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+
+from adaptors.context import Context  # noqa: E402
+from adaptors.expressions import Env, evaluate, plain  # noqa: E402
+from adaptors.mesh import parse, uniform  # noqa: E402
+from adaptors.queries import MeshData  # noqa: E402
+from insitu import arrays  # noqa: E402
+
+DIMS = (20, 17, 13)
+rng = np.random.default_rng(5)
+P = rng.normal(size=DIMS)
+E = rng.uniform(0, 10, size=tuple(n - 1 for n in DIMS)).astype(np.float32)
+E[3, 4, 5] = np.nan
+E[6, 2, 1] = np.inf
+
+
+def data(xp):
+    m = uniform({"p": xp.asarray(P), "e": xp.asarray(E)}, origin=(0.5, -1.0, 2.0), spacing=(0.1, 0.2, 0.3),
+                ghost=1, element=("e",))
+    return MeshData(parse(m), Context(None))
+
+
+EXPRESSIONS = ["max(field('p'))", "min(field('p'))", "max(field('e'))", "min(field('e'))", "sum(field('p'))",
+               "avg(field('e'))", "field_nan_count(field('e'))", "field_inf_count(field('e'))",
+               "histogram(field('p'), num_bins=64)", "histogram(field('e'), num_bins=16, min_val=0, max_val=10)",
+               "entropy(histogram(field('p'), num_bins=32))", "bounds()"]
+
+
+@pytest.mark.parametrize("text", EXPRESSIONS)
+def test_reductions_on_the_device_equal_the_cpus(text):
+    cpu = plain(evaluate(text, Env(0, 0.0, data(np))))
+    gpu_data = data(cupy)
+    with arrays.count_transfers() as c:
+        gpu = plain(evaluate(text, Env(0, 0.0, gpu_data)))
+    assert c.h2d_calls == 0
+    assert c.d2h_calls == (1 if "histogram" in text else 0)  # the counts, once; everything else: scalar reads
+    if isinstance(cpu, dict):
+        assert cpu.keys() == gpu.keys()
+        for k in cpu:
+            if k == "value" and isinstance(cpu[k], list):
+                np.testing.assert_array_equal(gpu[k], cpu[k])
+            elif isinstance(cpu[k], (list, float)):
+                np.testing.assert_allclose(gpu[k], cpu[k], rtol=1e-12)
+            else:
+                assert gpu[k] == cpu[k], k
+    else:
+        assert gpu == pytest.approx(cpu, rel=1e-9, abs=1e-9)  # sums: another order of additions
