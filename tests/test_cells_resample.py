@@ -132,6 +132,20 @@ def test_default_bounds_dtypes_and_slices():
     assert ints.dtype == np.float64
 
 
+@pytest.mark.parametrize("vectorized", [False, True])
+def test_hidden_cells_are_not_sampled(vectorized):
+    mesh = split(box_grid(), "mixed")
+    hidden = mesh.points[mesh.connectivity[mesh.offsets[:-1]], 2] < 2.5  # the cells of the lower half, roughly
+    kept = cell_mesh(mesh.points, np.concatenate([mesh.connectivity[mesh.offsets[c]:mesh.offsets[c + 1]]
+                                                  for c in np.nonzero(~hidden)[0]]), mesh.types[~hidden])
+    vals = field(mesh.points)
+    out = resample(mesh, vals, DIMS, BOUNDS, hidden=hidden, _vectorized=vectorized)
+    ref = resample(kept, vals, DIMS, BOUNDS, _vectorized=vectorized)
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    np.testing.assert_allclose(out, ref, atol=1e-12)
+    assert np.isnan(out).sum() > np.isnan(resample(mesh, vals, DIMS, BOUNDS)).sum()
+
+
 def test_errors():
     mesh = split(box_grid((2, 2, 2)), "hex")
     with pytest.raises(ValueError, match="association: expected 'vertex' or 'element'"):
@@ -142,3 +156,5 @@ def test_errors():
         resample(mesh, np.zeros(27), (4, 0, 4))
     with pytest.raises(ValueError, match="bounds: expected finite"):
         resample(mesh, np.zeros(27), (4, 4, 4), (0, 1, 0, 1, 1, 0))
+    with pytest.raises(ValueError, match="hidden: expected a \\(8,\\) bool array"):
+        resample(mesh, np.zeros(27), (4, 4, 4), hidden=np.zeros(8, int))

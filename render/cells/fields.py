@@ -103,6 +103,15 @@ def _vertex_derivatives(t: int) -> np.ndarray:
     return np.array([np.array(shape_functions(t, *p)[1], float) for p in pc])
 
 
+def _f64(a) -> np.ndarray:
+    """`a` as contiguous float64 (a view where it is): one compiled CPU loop for every input."""
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def _i64(a) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
 _tables: dict[tuple[int, int | None], Any] = {}
 
 
@@ -335,7 +344,9 @@ def gradient(mesh: CellMesh, values, *, _vectorized: bool = False) -> Any:
         sums = np.zeros((mesh.n_points, m, 3), np.float64)
         counts = np.zeros(mesh.n_points, np.int64)
         dn, ke, dim = _gradient_tables()
-        _gradient_cpu(mesh.points, mesh.connectivity, mesh.offsets, mesh.types, v2, dn, ke, dim, sums, counts)
+        # float64 in, so that one compiled loop serves every dtype
+        _gradient_cpu(_f64(mesh.points), _i64(mesh.connectivity),
+                      mesh.offsets, mesh.types, _f64(v2), dn, ke, dim, sums, counts)
         out = (sums / np.maximum(counts, 1)[:, None, None]).astype(dt, copy=False)
         return out[:, 0, :] if v.ndim == 1 else out
     ids_all, g_all = [], []

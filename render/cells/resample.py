@@ -29,7 +29,7 @@ from insitu import arrays
 from insitu.log import watch_jit
 
 from ._mesh import CELL_DIM, CELL_POINTS, TETRA, CellMesh
-from .fields import cell_points, shape_functions, type_groups
+from .fields import _f64, _i64, cell_points, shape_functions, type_groups
 
 __all__ = ["resample", "sample_grid"]
 
@@ -83,7 +83,7 @@ def sample_grid(mesh: CellMesh, dims: Sequence[int], bounds: Sequence[float] | N
 
 
 def resample(mesh: CellMesh, values, dims: Sequence[int], bounds: Sequence[float] | None = None, *,
-             association: str = "vertex", _vectorized: bool = False) -> Any:
+             association: str = "vertex", hidden=None, _vectorized: bool = False) -> Any:
     """Sample a point or cell field of a mesh at the points of a uniform grid.
 
     Parameters
@@ -96,6 +96,8 @@ def resample(mesh: CellMesh, values, dims: Sequence[int], bounds: Sequence[float
     bounds : (xmin, xmax, ymin, ymax, zmin, zmax), optional
         See :func:`sample_grid` (default: the mesh's bounds).
     association : {"vertex", "element"}
+    hidden : (n_cells,) bool array, optional
+        Cells not sampled (ghost cells of a decomposed mesh).
 
     Returns
     -------
@@ -115,17 +117,31 @@ def resample(mesh: CellMesh, values, dims: Sequence[int], bounds: Sequence[float
         raise ValueError(f"values: expected ({n},) or ({n}, k) values (one per {what}), got shape {tuple(v.shape)}")
     if v.dtype.kind not in "fiub":
         raise TypeError(f"values: expected real numbers, got dtype {v.dtype}")
+    keep = None
+    if hidden is not None:
+        h = arrays.asarray(hidden, name="hidden")
+        if arrays.get_array_module(h) is not xp:
+            raise ValueError(f"hidden: on {arrays.backend_of(h)}, the mesh is on {arrays.backend_of(mesh.points)}")
+        if h.ndim != 1 or h.shape[0] != mesh.n_cells or h.dtype != bool:
+            raise ValueError(f"hidden: expected a ({mesh.n_cells},) bool array, got {h.dtype} of shape "
+                             f"{tuple(h.shape)}")
+        keep = ~h
     origin, spacing = sample_grid(mesh, dims, bounds)
     d = tuple(int(k) for k in dims)
     v2 = v.reshape(n, -1)
     odt = xp.float32 if v.dtype.kind == "f" and v.dtype.itemsize <= 4 or v.dtype.itemsize <= 2 else xp.float64
     out = xp.full((d[0] * d[1] * d[2], v2.shape[1]), xp.nan, odt)
     if xp is np and not _vectorized:
+        # float64 in and out, so that one compiled loop serves every dtype (a compile is seconds)
         o, h = np.asarray(origin, np.float64), np.asarray(spacing, np.float64)
-        _resample_cpu(mesh.points, mesh.connectivity, mesh.offsets, mesh.types, v2, association == "element",
-                      np.asarray(d, np.int64), o, h, out)
-        return out.reshape(d + ((v2.shape[1],) if v.ndim == 2 else ()))
+        out64 = np.full(out.shape, np.nan)
+        _resample_cpu(_f64(mesh.points), _i64(mesh.connectivity),
+                      mesh.offsets, mesh.types, _f64(v2), association == "element",
+                      np.asarray(d, np.int64), o, h, out64, np.ones(0, bool) if keep is None else keep)
+        return out64.astype(odt, copy=False).reshape(d + ((v2.shape[1],) if v.ndim == 2 else ()))
     groups = [(t, ids) for t, ids in type_groups(mesh) if CELL_DIM.get(t) == 3]
+    if keep is not None:
+        groups = [(t, xp.nonzero((mesh.types == t) & keep)[0]) for t, _ in groups]
     for t, ids in groups:
         conn = cell_points(mesh, t, ids)
         cells = xp.arange(conn.shape[0], dtype=xp.int64) if ids is None else ids
@@ -336,14 +352,15 @@ def _newton_nb(t, k, x, px, py, pz, r, s, u, n, dn, a3, y, pc):
     return False
 
 
-@numba.njit(cache=True, parallel=True, error_model="numpy")
-def _resample_cpu(points, conn, offsets, types, values, by_cell, d, o, h, out):
+@numba.njit(cache=True, error_model="numpy")
+def _resample_cpu(points, conn, offsets, types, values, by_cell, d, o, h, out, keep):
     ncells = types.shape[0]
     m = values.shape[1]
     eps = 1e-9
-    for c in numba.prange(ncells):
+    use_keep = keep.shape[0] > 0
+    for c in range(ncells):
         t = types[c]
-        if t != 10 and t != 12 and t != 13 and t != 14:
+        if t != 10 and t != 12 and t != 13 and t != 14 or use_keep and not keep[c]:
             continue
         start = offsets[c]
         k = offsets[c + 1] - start

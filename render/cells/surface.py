@@ -33,7 +33,7 @@ from insitu import arrays
 from insitu.log import watch_jit
 
 from ._mesh import CELL_DIM, HEXAHEDRON, POLYGON, PYRAMID, QUAD, TETRA, WEDGE, CellMesh
-from .fields import cell_points
+from .fields import _f64, _i64, cell_points
 
 __all__ = ["Surface", "outer_surface"]
 
@@ -214,7 +214,7 @@ def outer_surface(mesh: CellMesh, *, hidden=None, _vectorized: bool = False) -> 
     out_f, out_c = [], []
     present = [t for t, ids in groups if CELL_DIM[t] == 3 and ids.shape[0]]
     if cpu and present:
-        f, c = _boundary_cpu(mesh.points.astype(np.float64, copy=False), mesh.connectivity, mesh.offsets, mesh.types,
+        f, c = _boundary_cpu(_f64(mesh.points), _i64(mesh.connectivity), mesh.offsets, mesh.types,
                              np.ones(0, bool) if keep is None else keep, np.array(present, np.int64), *_cpu_tables())
         out_f.append(f)
         out_c.append(c)
