@@ -86,10 +86,13 @@ def test_resample_on_the_gpu_is_the_cpus(kind):
     pv = field(mesh.points)
     cv = np.arange(mesh.n_cells, dtype=np.float64)
     dpv, dcv = cp.asarray(pv), cp.asarray(cv)
+    hidden = np.arange(mesh.n_cells) % 3 == 0
+    dhidden = cp.asarray(hidden)
     with insitu.arrays.count_transfers() as counted:
         vol = resample(dmesh, dpv, DIMS, BOUNDS)
         cells = resample(dmesh, dcv, DIMS, BOUNDS, association="element")
         whole = resample(dmesh, dpv, (9, 7, 11))  # bounds from the mesh: three scalar reads
+        part = resample(dmesh, dpv, DIMS, BOUNDS, hidden=dhidden)
     assert counted.calls == 0
     assert isinstance(vol, cp.ndarray) and vol.shape == DIMS
     ref = resample(mesh, pv, DIMS, BOUNDS)
@@ -97,3 +100,6 @@ def test_resample_on_the_gpu_is_the_cpus(kind):
     np.testing.assert_allclose(cp.asnumpy(vol), ref, rtol=0, atol=1e-10)
     np.testing.assert_array_equal(cp.isnan(cells).get(), np.isnan(ref))
     np.testing.assert_allclose(cp.asnumpy(whole), resample(mesh, pv, (9, 7, 11)), rtol=0, atol=1e-10)
+    pref = resample(mesh, pv, DIMS, BOUNDS, hidden=hidden)
+    np.testing.assert_array_equal(cp.isnan(part).get(), np.isnan(pref))
+    np.testing.assert_allclose(cp.asnumpy(part), pref, rtol=0, atol=1e-10)
