@@ -1,7 +1,9 @@
 """Numba kernels of the cell contour (the CUDA kernels in _contour_gpu.py are the same
 algorithm and give the same numbering).
 
-Cells are taken in chunks of `chunk` consecutive cells. Pass 1 (:func:`count`) reads every
+Cells are taken in chunks of `chunk` consecutive cells; a cell's ids follow those of the
+cell before it, as many as its type has (cell_mesh checks the offsets agree), so only a
+chunk's first offset is read (and polygons' sizes). Pass 1 (:func:`count`) reads every
 cell's corner values once, writes its case per level (``code``) and adds up the crossed
 edges and faces of each chunk; an exclusive scan of those totals (level-major, then chunk)
 gives every chunk its first vertex slot and face. Pass 2 (:func:`emit`) walks the chunks
@@ -25,7 +27,7 @@ NAN_BIT = 1 << 16  # in count()'s flags beside the bits 1 << type of the types s
 
 
 @numba.njit(parallel=True, cache=True)
-def count(conn, offsets, types, values, levels, base, nvert, nface, chunk, code, tot_v, tot_f, flags):
+def count(conn, offsets, types, values, levels, base, nvert, nface, sizes, chunk, code, tot_v, tot_f, flags):
     """Pass 1: ``code[l, c]`` the case of cell c at level l (bit i: corner i >= level),
     ``tot_v[l, k]``, ``tot_f[l, k]`` the crossed edges and faces of chunk k, ``flags[k]`` the
     bits ``1 << type`` of the types met and NAN_BIT where a corner value is NaN."""
@@ -41,24 +43,28 @@ def count(conn, offsets, types, values, levels, base, nvert, nface, chunk, code,
             lev = levels[lv]
             tv = 0
             tf = 0
+            o = offsets[k * chunk]  # the cells follow each other, sized by their types
             for c in range(k * chunk, min((k + 1) * chunk, ncells)):
-                t = types[c]
-                seen[t & 15] = 1
-                b = base[t & 15]
+                t = types[c] & 15
+                seen[t] = 1
+                b = base[t]
+                n = sizes[t]
+                if n == 0:  # a polygon
+                    n = offsets[c + 1] - offsets[c]
+                p = o
+                o += n
                 if b < 0:
                     code[lv, c] = 0
                     continue
-                o = offsets[c]
-                n = offsets[c + 1] - o
                 m = 0
                 if n == 4:  # tets (and quads) unrolled: the four loads issue together
-                    x0, x1, x2, x3 = values[conn[o]], values[conn[o + 1]], values[conn[o + 2]], values[conn[o + 3]]
+                    x0, x1, x2, x3 = values[conn[p]], values[conn[p + 1]], values[conn[p + 2]], values[conn[p + 3]]
                     m = (np.int64(x0 >= lev) | np.int64(x1 >= lev) << 1 | np.int64(x2 >= lev) << 2
                          | np.int64(x3 >= lev) << 3)
                     nan |= (x0 != x0) | (x1 != x1) | (x2 != x2) | (x3 != x3)
                 else:
                     for i in range(n):
-                        x = values[conn[o + i]]
+                        x = values[conn[p + i]]
                         m |= np.int64(x >= lev) << i
                         nan |= x != x
                 code[lv, c] = m
@@ -74,8 +80,8 @@ def count(conn, offsets, types, values, levels, base, nvert, nface, chunk, code,
 
 
 @numba.njit(parallel=True, cache=True)
-def emit(conn, offsets, types, code, base, nvert, nface, slots, ftab, chunk, voff, foff, npoints, keys, faces,
-         cells):
+def emit(conn, offsets, types, code, base, nvert, nface, sizes, slots, ftab, chunk, voff, foff, npoints, keys,
+         faces, cells):
     """Pass 2: per crossed edge of each crossed cell its key (slots numbered from
     ``voff[l, k]`` in chunk k), per face its slot numbers and its cell (from ``foff[l, k]``)."""
     ncells = types.shape[0]
@@ -94,18 +100,21 @@ def emit(conn, offsets, types, code, base, nvert, nface, slots, ftab, chunk, vof
                 nxt = keys.shape[0]
             if nxt == vs:
                 continue  # nothing crossed in this chunk at this level
+            o = offsets[k * chunk]
             for c in range(k * chunk, min((k + 1) * chunk, ncells)):
-                b = base[types[c]]
+                t = types[c] & 15
+                o0 = o
+                o += sizes[t]  # the cells follow each other, sized by their types (no polygons reach here)
+                b = base[t]
                 if b < 0:
                     continue
                 cs = b + code[lv, c]
                 nv = nvert[cs]
                 if nv == 0:
                     continue
-                o = offsets[c]
                 for s in range(nv):
-                    p = np.int64(conn[o + slots[cs, s, 0]])
-                    q = np.int64(conn[o + slots[cs, s, 1]])
+                    p = np.int64(conn[o0 + slots[cs, s, 0]])
+                    q = np.int64(conn[o0 + slots[cs, s, 1]])
                     keys[vs + s] = min(p, q) * npoints + max(p, q)
                 for f in range(nface[cs]):
                     for j in range(ncol):

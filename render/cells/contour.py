@@ -27,7 +27,7 @@ from insitu import arrays
 
 from . import _contour_cpu as _cpu
 from ._contour_tables import DIM, SHAPES, TABLES
-from ._mesh import CellMesh
+from ._mesh import CELL_POINTS, CellMesh
 
 __all__ = ["Contour", "contour", "slice_plane", "three_slice"]
 
@@ -36,6 +36,8 @@ _INT32_MAX = 2**31 - 1
 _NAMES = {1: "vertex", 3: "line", 5: "tri", 7: "polygonal", 9: "quad", 10: "tet", 12: "hex", 13: "wedge",
           14: "pyramid"}
 _SUPPORTED = sum(1 << t for t in SHAPES)
+#: Points per cell by type code (0: polygons, sized by their offsets).
+_SIZES = np.array([CELL_POINTS.get(t) or 0 for t in range(16)], np.int64)
 _DIM3 = sum(1 << t for t in SHAPES if DIM[t] == 3)
 _DIM2 = sum(1 << t for t in SHAPES if DIM[t] == 2)
 
@@ -159,7 +161,8 @@ def _contour_host(pts, conn, offsets, types, vals, lv, col):
     tot_f = np.empty((nlev, nchunks), np.int64)
     flags = np.zeros(max(nchunks, 1), np.int64)
     t = TABLES
-    _cpu.count(conn, offsets, types, vals, lv, t["base"], t["nvert"], t["nface"], _CHUNK, code, tot_v, tot_f, flags)
+    _cpu.count(conn, offsets, types, vals, lv, t["base"], t["nvert"], t["nface"], _SIZES, _CHUNK, code, tot_v, tot_f,
+               flags)
     dim = _check_flags(int(np.bitwise_or.reduce(flags)))
     vinc, finc = np.cumsum(tot_v.ravel()), np.cumsum(tot_f.ravel())
     nslots, nf = (int(vinc[-1]), int(finc[-1])) if nchunks else (0, 0)
@@ -168,7 +171,7 @@ def _contour_host(pts, conn, offsets, types, vals, lv, col):
     keys = np.empty(nslots, np.int64)
     faces = np.empty((nf, dim), np.int32)
     cells = np.empty(nf, np.int64)
-    _cpu.emit(conn, offsets, types, code, t["base"], t["nvert"], t["nface"], t["slots"], t["faces"], _CHUNK,
+    _cpu.emit(conn, offsets, types, code, t["base"], t["nvert"], t["nface"], _SIZES, t["slots"], t["faces"], _CHUNK,
               (vinc - tot_v.ravel()).reshape(nlev, nchunks), (finc - tot_f.ravel()).reshape(nlev, nchunks),
               npts, keys, faces, cells)
     vends = [int(x) for x in vinc[nchunks - 1::nchunks]] if nchunks else [0] * nlev
