@@ -274,22 +274,31 @@ def mesh_schemas(cells, origin, spacing, kinds: dict) -> dict:
     return attrs
 
 
-def _domain(stream, row, cells_zyx: list, origin, spacing, variables: dict) -> dict:
-    """Block `row` of the step (``domain_id, x0, y0, z0, cx, cy, cz``) as a Blueprint domain
-    (its real nodes and cells: no ghosts)."""
+def _domain(stream, row, cells_zyx: list, origin, spacing, variables: dict, ghost: int) -> dict:
+    """Block `row` of the step (``domain_id, x0, y0, z0, cx, cy, cz``) as a Blueprint domain:
+    its real cells and up to `ghost` layers of its neighbours' around them (marked in
+    ``ascent_ghosts``), read from the global arrays."""
     did, o, c = int(row[0]), [int(v) for v in row[1:4]], [int(v) for v in row[4:7]]
+    cells = cells_zyx[::-1]
+    lo = [max(0, o[a] - ghost) for a in range(3)]
+    hi = [min(cells[a], o[a] + c[a] + ghost) for a in range(3)]
+    n = [hi[a] - lo[a] for a in range(3)]
     fields = {}
     for name, info in variables.items():
         if name in RESERVED:
             continue
-        vertex = [int(v) for v in info["Shape"].split(",")] == [n + 1 for n in cells_zyx]
-        n = [v + 1 for v in c] if vertex else c
-        a = stream.read(name, [o[2], o[1], o[0]], [n[2], n[1], n[0]])
+        vertex = [int(v) for v in info["Shape"].split(",")] == [m + 1 for m in cells_zyx]
+        cnt = [m + 1 for m in n] if vertex else n
+        a = stream.read(name, [lo[2], lo[1], lo[0]], [cnt[2], cnt[1], cnt[0]])
         # (z, y, x) in C order is Conduit's flat order (i fastest); the [i, j, k] view of it
         fields[name] = {"association": "vertex" if vertex else "element", "topology": "mesh",
                         "values": a.transpose()}
-    return {"coordsets": {"coords": {"type": "uniform", "dims": dict(zip("ijk", (v + 1 for v in c))),
-                                     "origin": dict(zip("xyz", (float(origin[k] + o[k] * spacing[k])
+    if n != c:
+        g = np.ones(n, np.int32)
+        g[tuple(slice(o[a] - lo[a], o[a] - lo[a] + c[a]) for a in range(3))] = 0
+        fields["ascent_ghosts"] = {"association": "element", "topology": "mesh", "values": g}
+    return {"coordsets": {"coords": {"type": "uniform", "dims": dict(zip("ijk", (v + 1 for v in n))),
+                                     "origin": dict(zip("xyz", (float(origin[k] + lo[k] * spacing[k])
                                                                  for k in range(3)))),
                                      "spacing": dict(zip(("dx", "dy", "dz"), map(float, spacing)))}},
             "topologies": {"mesh": {"type": "uniform", "coordset": "coords"}},
@@ -297,12 +306,14 @@ def _domain(stream, row, cells_zyx: list, origin, spacing, variables: dict) -> d
 
 
 def read_steps(path: str, *, engine: str = "SST", timeout: float = 60.0, interface: str | None = None,
-               part: tuple[int, int] = (0, 1)) -> Iterator[tuple[int, float, list]]:
+               part: tuple[int, int] = (0, 1), ghost: int = 1) -> Iterator[tuple[int, float, list]]:
     """Yield ``(step, time, [Blueprint domain, ...])`` from the mesh stream at `path`, step
     by step, until the writer ends it.
 
-    Each domain is a block's real nodes and cells, read from the global arrays with its
-    selection (no ghosts: neighbours share their boundary nodes).
+    Each domain is a block's real cells, read from the global arrays with its selection,
+    and `ghost` layers of cells around them where the grid goes on (the neighbours' real
+    values: what a halo exchange gives; marked in the ``ascent_ghosts`` element field), so
+    gradients and surfaces at the blocks' seams come out as in situ.
 
     Parameters
     ----------
@@ -315,6 +326,8 @@ def read_steps(path: str, *, engine: str = "SST", timeout: float = 60.0, interfa
         SST: the interface advertised (default ``$INSITU_SST_INTERFACE`` or "lo").
     part : (k, n)
         Read only the blocks ``i`` (in the ``blocks`` table's order) with ``i % n == k``.
+    ghost : int
+        Layers of ghost cells to add around each block (0: its real cells only).
 
     Raises
     ------
@@ -342,7 +355,7 @@ def read_steps(path: str, *, engine: str = "SST", timeout: float = 60.0, interfa
                 table = s.read("blocks").reshape(-1, 7)
                 origin, spacing = s.read("origin"), s.read("spacing")
                 cells = [int((table[:, 1 + a] + table[:, 4 + a]).max()) if len(table) else 0 for a in range(3)]
-                mesh = [_domain(s, row, cells[::-1], origin, spacing, variables)
+                mesh = [_domain(s, row, cells[::-1], origin, spacing, variables, ghost)
                         for i, row in enumerate(table) if i % n == k]
             finally:
                 s.end_step()

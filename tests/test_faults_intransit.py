@@ -105,7 +105,7 @@ def test_a_lossless_mesh_stream_drops_an_analysis_reader_that_never_reads_and_go
         assert all(r["sent"] for r in before[:-1]), before
         # what it writes next reaches an analysis rank that does read: in order and whole
         tell(w)
-        got = list(read_steps(name, timeout=60))
+        got = list(read_steps(name, timeout=60, ghost=0))
         after = records(w, "close", MARGIN + 60)
         assert w.wait(timeout=30) == 0
         steps = [s for s, _, _ in got]
@@ -146,7 +146,7 @@ def test_mesh_steps_flow_whole_and_in_order_over_loopback(tmp_path):
     try:
         w = writer(name, 3, 30, 1)
         tell(w)
-        got = list(read_steps(name, timeout=60))
+        got = list(read_steps(name, timeout=60, ghost=0))
         assert json.loads(line_with(w, "close"))["error"] is None
         assert w.wait(timeout=60) == 0
     finally:
@@ -166,7 +166,7 @@ def test_bp5_mesh_files_still_round_trip(tmp_path):
     for i in range(2):
         assert w.write(domains(i), ["T"], step=i, time=0.5 * i)
     w.close()
-    got = list(read_steps(name, engine="BP5", timeout=10))
+    got = list(read_steps(name, engine="BP5", timeout=10, ghost=0))
     assert [(s, t) for s, t, _ in got] == [(0, 0.0), (1, 0.5)]
     np.testing.assert_array_equal(got[1][2][1]["fields"]["T"]["values"], domains(1)[1].fields["T"].values)
 
