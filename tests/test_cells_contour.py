@@ -416,3 +416,20 @@ def test_errors_name_the_argument():
         slice_plane(mesh, (0, 0, 0), (0, 0, 0))
     with pytest.raises(ValueError, match="center"):
         three_slice(mesh, (0, 0))
+
+
+def test_hexahedra_of_a_grid_cross_the_edges_marching_cubes_crosses():
+    """grid_cells' hexahedra of a uniform grid: one vertex per crossed grid edge, the
+    vertices render.contour.marching_cubes finds on the same samples."""
+    from render.cells import grid_cells
+    from render.contour import marching_cubes
+
+    n = 14
+    x = np.linspace(0.0, 1.0, n)
+    X, Y, Z = np.meshgrid(x, x, x, indexing="ij")
+    vol = np.sin(5 * X) + np.cos(4 * Y) * Z + 0.3 * Y
+    mesh = grid_cells(x, x, x)
+    c = contour(mesh, vol.ravel(order="F"), 0.4)  # points numbered i fastest
+    v, f, _ = marching_cubes(vol, 0.4, spacing=(x[1],) * 3)
+    assert len(c.vertices) == len(v)
+    assert max(cKDTree(v).query(c.vertices)[0].max(), cKDTree(c.vertices).query(v)[0].max()) < 1e-5
