@@ -97,6 +97,20 @@ def test_mesh_stream_global_arrays_read_back_exactly_with_adios2(mpi, tmp_path, 
         assert f.read_attribute_string("Fides_Variable_List") == ["E", "T"]  # the fields, sorted
         assert f.read_attribute_string("Fides_Variable_Associations") == ["cell_set", "points"]
         assert f.read_attribute_string("Fides_Variable_Vectors") == ["false", "false"]
+    # insitu's reader: each block's real cells plus one ghost layer from its neighbours, marked
+    from adaptors.meshstream import read_steps
+
+    for step, time, mesh in read_steps(path, engine="BP5", timeout=10, ghost=1):
+        t, e = expected(step)
+        assert time == 0.25 * step and len(mesh) == 4
+        for d in mesh:
+            o = [round((d["coordsets"]["coords"]["origin"][a] - ORIGIN[i]) / SPACING[i])
+                 for i, a in enumerate("xyz")]
+            n = [d["coordsets"]["coords"]["dims"][a] for a in "ijk"]
+            want = t[o[2]:o[2] + n[2], o[1]:o[1] + n[1], o[0]:o[0] + n[0]].transpose()
+            np.testing.assert_array_equal(d["fields"]["T"]["values"], want)
+            g = d["fields"]["ascent_ghosts"]["values"]
+            assert 0 < (g == 0).sum() < g.size  # an inner block has ghost cells around its real ones
 
 
 def test_frames_are_image_data_with_an_rgba_array(tmp_path):
