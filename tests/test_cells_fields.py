@@ -171,6 +171,14 @@ def test_unused_points_and_polygons():
     assert cell_to_point(mesh, np.array([1.0, 3.0], np.float32)).dtype == np.float32
 
 
+def test_empty_meshes():
+    empty = cell_mesh(np.zeros((0, 3)), np.zeros(0, np.int64), TETRA)
+    assert cell_to_point(empty, np.zeros(0)).shape == (0,)
+    assert point_to_cell(empty, np.zeros((0, 2))).shape == (0, 2)
+    assert gradient(empty, np.zeros(0)).shape == (0, 3)
+    assert gradient(empty, np.zeros(0), _vectorized=True).shape == (0, 3)
+
+
 def test_recentre_errors():
     mesh = grid((2, 2, 2))
     with pytest.raises(ValueError, match="values: expected \\(8,\\)"):

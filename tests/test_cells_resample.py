@@ -12,7 +12,7 @@ import pytest
 from render.cells import TETRA, WEDGE, cell_mesh
 from render.cells.resample import resample, sample_grid
 
-from test_cells_fields import KINDS, add_array, field, grid, split, to_vtk  # tests/ is on sys.path
+from test_cells_fields import KINDS, add_array, field, grid, plane, split, to_vtk  # tests/ is on sys.path
 
 vtk = pytest.importorskip("vtk")
 from vtk.util import numpy_support as ns  # noqa: E402
@@ -156,5 +156,9 @@ def test_errors():
         resample(mesh, np.zeros(27), (4, 0, 4))
     with pytest.raises(ValueError, match="bounds: expected finite"):
         resample(mesh, np.zeros(27), (4, 4, 4), (0, 1, 0, 1, 1, 0))
+    with pytest.raises(ValueError, match="mesh: resample samples 3-D cells .* type \\[9\\] only"):
+        resample(plane(), np.zeros(30), (4, 4, 1))
+    empty = cell_mesh(np.zeros((0, 3)), np.zeros(0, np.int64), TETRA)
+    assert np.isnan(resample(empty, np.zeros(0), (2, 2, 2), (0, 1, 0, 1, 0, 1))).all()
     with pytest.raises(ValueError, match="hidden: expected a \\(8,\\) bool array"):
         resample(mesh, np.zeros(27), (4, 4, 4), hidden=np.zeros(8, int))

@@ -180,5 +180,9 @@ def test_empty_and_errors():
     assert s.faces.shape == (0, 3) and s.cells.shape == (0,)
     with pytest.raises(ValueError, match="hidden: expected a \\(8,\\) bool array"):
         outer_surface(mesh, hidden=np.zeros(7, bool))
+    empty = cell_mesh(np.zeros((0, 3)), np.zeros(0, np.int64), TETRA)
+    for vectorized in (False, True):
+        s = outer_surface(empty, _vectorized=vectorized)
+        assert s.faces.shape == (0, 3) and s.faces.dtype == np.int32 and s.cells.shape == (0,)
     tri = cell_mesh(np.zeros((3, 3)), np.array([0, 1, 2]), TRIANGLE)
     assert outer_surface(tri).n_faces == 1

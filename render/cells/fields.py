@@ -209,7 +209,7 @@ def cell_to_point(mesh: CellMesh, values, *, _vectorized: bool = False) -> Any:
     v = _check_values(mesh, values, mesh.n_cells, "cell", "values")
     xp = mesh.xp
     dt = _float_dtype(v.dtype)
-    v2 = v.reshape(v.shape[0], -1)
+    v2 = v.reshape(v.shape[0], v.shape[1] if v.ndim == 2 else 1)
     if xp is np and not _vectorized:
         out = np.zeros((mesh.n_points, v2.shape[1]), np.float64)
         _cell_to_point_cpu(mesh.connectivity, mesh.offsets, v2, out)
@@ -235,7 +235,7 @@ def point_to_cell(mesh: CellMesh, values, *, _vectorized: bool = False) -> Any:
     v = _check_values(mesh, values, mesh.n_points, "point", "values")
     xp = mesh.xp
     dt = _float_dtype(v.dtype)
-    v2 = v.reshape(v.shape[0], -1)
+    v2 = v.reshape(v.shape[0], v.shape[1] if v.ndim == 2 else 1)
     if xp is np and not _vectorized:
         out = np.empty((mesh.n_cells, v2.shape[1]), np.float64)
         _point_to_cell_cpu(mesh.connectivity, mesh.offsets, v2, out)
@@ -333,7 +333,7 @@ def gradient(mesh: CellMesh, values, *, _vectorized: bool = False) -> Any:
     v = _check_values(mesh, values, mesh.n_points, "point", "values")
     xp = mesh.xp
     dt = _float_dtype(v.dtype, mesh.points.dtype)
-    v2 = v.reshape(v.shape[0], -1)
+    v2 = v.reshape(v.shape[0], v.shape[1] if v.ndim == 2 else 1)
     m = v2.shape[1]
     groups = type_groups(mesh)
     bad = sorted(t for t, _ in groups if t not in SHAPED)

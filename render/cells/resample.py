@@ -89,7 +89,8 @@ def resample(mesh: CellMesh, values, dims: Sequence[int], bounds: Sequence[float
     Parameters
     ----------
     mesh : CellMesh
-        Its 3-D cells (tetrahedra, hexahedra, wedges, pyramids) are sampled; others ignored.
+        Its 3-D cells (tetrahedra, hexahedra, wedges, pyramids) are sampled, others
+        ignored (a mesh of cells but no 3-D ones is an error; one of no cells gives NaN).
     values : (n,) or (n, k) array
         One value per point (``association="vertex"``) or per cell (``"element"``).
     dims : (nx, ny, nz) ints
@@ -126,9 +127,13 @@ def resample(mesh: CellMesh, values, dims: Sequence[int], bounds: Sequence[float
             raise ValueError(f"hidden: expected a ({mesh.n_cells},) bool array, got {h.dtype} of shape "
                              f"{tuple(h.shape)}")
         keep = ~h
+    present = [t for t, _ in type_groups(mesh)]
+    if present and not any(CELL_DIM.get(t) == 3 for t in present):
+        raise ValueError(f"mesh: resample samples 3-D cells (tetrahedra, hexahedra, wedges, pyramids); this mesh "
+                         f"has cells of type {present} only")
     origin, spacing = sample_grid(mesh, dims, bounds)
     d = tuple(int(k) for k in dims)
-    v2 = v.reshape(n, -1)
+    v2 = v.reshape(n, v.shape[1] if v.ndim == 2 else 1)
     odt = xp.float32 if v.dtype.kind == "f" and v.dtype.itemsize <= 4 or v.dtype.itemsize <= 2 else xp.float64
     out = xp.full((d[0] * d[1] * d[2], v2.shape[1]), xp.nan, odt)
     if xp is np and not _vectorized:
