@@ -67,16 +67,14 @@ class MeshData:
             xp = arrays.get_array_module(v)
             if v.size == 0:
                 continue
-            if v.dtype.kind == "f":
-                fill = -xp.inf if op == "max" else xp.inf
-                w = xp.where(xp.isnan(v), fill, v)
-            else:
-                w = v
-            k = int(arrays.scalar_to_host(xp.argmax(w) if op == "max" else xp.argmin(w)))
-            ijk = np.unravel_index(k, v.shape)
+            ijk = self._arg(xp, v, op)
             value = float(arrays.scalar_to_host(v[ijk]))
             if math.isnan(value):
-                continue  # all NaN
+                # argmax/argmin stop at the first NaN: look again without them (a copy; rare)
+                ijk = self._arg(xp, xp.where(xp.isnan(v), -xp.inf if op == "max" else xp.inf, v), op)
+                value = float(arrays.scalar_to_host(v[ijk]))
+                if math.isnan(value):
+                    continue  # all NaN
             if best is not None and not (value > best[0] if op == "max" else value < best[0]):
                 continue
             f = d.fields[name]
@@ -95,6 +93,11 @@ class MeshData:
         if pick is None:
             return ValuePosition(-math.inf if op == "max" else math.inf, Vector(math.nan, math.nan, math.nan))
         return ValuePosition(pick[0], Vector(*pick[1]), rank, pick[2], pick[3], pick[4])
+
+    @staticmethod
+    def _arg(xp, v, op: str) -> tuple:
+        k = int(arrays.scalar_to_host(xp.argmax(v) if op == "max" else xp.argmin(v)))
+        return np.unravel_index(k, v.shape)
 
     def count(self, name: str, what: str) -> float:
         """How many values of field `name` are NaN (`what` ``nan``) or infinite (``inf``)."""

@@ -99,7 +99,10 @@ def test_sum_avg_and_nan_inf_counts():
     assert evaluate("field_inf_count(field('braid'))", env(doms)) == 2
     r = bad[RN]
     finite = r[np.isfinite(r)]
-    assert evaluate("max(field('braid'))", env(doms)).value == np.inf  # NaN ignored, inf is a value
+    top, bottom = evaluate("max(field('braid'))", env(doms)), evaluate("min(field('braid'))", env(doms))
+    assert (top.value, bottom.value) == (np.inf, -np.inf)  # NaN ignored, inf is a value
+    np.testing.assert_allclose(top.position.plain(), node_position((3, 3, 3)), rtol=1e-12)
+    np.testing.assert_allclose(bottom.position.plain(), node_position((4, 4, 4)), rtol=1e-12)
     assert evaluate("avg(field('braid'))", env(domains(np.where(np.isinf(bad), 0.0, bad)))) == pytest.approx(
         np.concatenate([finite, [0.0, 0.0]]).mean(), rel=1e-12)
 
