@@ -431,7 +431,7 @@ def blueprint_domain(d: MeshDomain | CellDomain, names: Sequence[str] | None = N
     flds[GHOSTS] = {"association": "element", "topology": topo, "values": ghost_values}
     out["fields"] = flds
     out["state"] = {"cycle": np.int64(cycle), "time": np.float64(time),
-                    "domain_id": np.int64(d.domain_id if domain_id is None else domain_id)}
+                    "domain_id": np.int32(d.domain_id if domain_id is None else domain_id)}
     return out
 
 
