@@ -177,3 +177,48 @@ def test_vtk_vtx_reader_opens_the_mesh_stream(mpi, tmp_path):
     np.testing.assert_array_equal(vtk_to_numpy(image.GetPointData().GetArray("T")), t.reshape(-1))
     np.testing.assert_array_equal(vtk_to_numpy(image.GetCellData().GetArray("E")), e.reshape(-1))
     assert os.path.isdir(path)
+
+
+ANALYSIS = {
+    "pipelines": {"iso": {"c": {"type": "contour", "params": {"field": "T", "iso_values": [25000.0]}}}},
+    "scenes": {"view": {"plots": {"s": {"type": "pseudocolor", "pipeline": "iso", "field": "E",
+                                        "min_value": 0.0, "max_value": 150.0}},
+                        "renders": {"frame": {"image_width": 160, "image_height": 120,
+                                              "camera": {"azimuth": 30, "elevation": 20}}}}},
+}
+
+
+def _analysis(prefix: str) -> dict:
+    import copy
+
+    cfg = copy.deepcopy(ANALYSIS)
+    cfg["scenes"]["view"]["renders"]["frame"]["image_prefix"] = prefix
+    return cfg
+
+
+@pytest.mark.mpi
+def test_in_transit_analysis_ranks_draw_what_one_process_draws_from_the_whole_field(mpi, tmp_path):
+    import yaml
+    from PIL import Image
+
+    from adaptors import Adaptor
+    from adaptors.mesh import uniform
+
+    path = str(tmp_path / "mesh.bp")
+    r = mpi(3, "adios2_blocks.py", path, STEPS, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(_analysis(str(tmp_path / "transit" / "f_%04d"))))
+    r = mpi(2, "-m", "adaptors.intransit", "--stream", path, "--engine", "BP5", "--config", tmp_path / "a.yaml",
+            "--timeout", 30, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"in transit: {STEPS} steps from the simulation on 2 analysis rank(s), failed_steps=0" in r.stdout
+    with Adaptor(_analysis(str(tmp_path / "whole" / "f_%04d"))) as a:
+        for step in range(STEPS):
+            t, e = expected(step)  # (z, y, x): the [i, j, k] views are their transposes
+            assert a.execute(step, 0.25 * step, [uniform({"T": t.T, "E": e.T}, origin=ORIGIN, spacing=SPACING,
+                                                         element=["E"])])
+    for step in range(STEPS):
+        x = np.asarray(Image.open(tmp_path / "transit" / f"f_{step:04d}.png")).astype(int)
+        y = np.asarray(Image.open(tmp_path / "whole" / f"f_{step:04d}.png")).astype(int)
+        assert x[..., :3].std() > 5  # the surface is in the picture
+        assert (np.abs(x - y) <= 1).all(axis=2).mean() > 0.999
