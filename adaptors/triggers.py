@@ -75,8 +75,17 @@ class _Reductions:
         nan = float("nan")
         return ValuePosition(self._reduce(op, name), Vector(nan, nan, nan))
 
-    def __getattr__(self, what: str):
+    def _none(self, what: str):
         raise ValueError(f"{what}() needs the mesh; this evaluation has only min/max/sum/avg")
+
+    def count(self, name: str, what: str):
+        self._none(f"field_{what}_count")
+
+    def histogram(self, name: str, *args):
+        self._none("histogram")
+
+    def bounds(self):
+        self._none("bounds")
 
 
 def evaluate(text: str, *, cycle: int, time: float, reduce: Callable[[str, str], float],
