@@ -289,11 +289,12 @@ def test_adios2_frames_are_readable_without_our_code(tmp_path):
     from render.image import read_png
 
     with adios2.FileReader(bp) as f:
-        assert int(f.available_variables()["image"]["AvailableStepsCount"]) == 3
+        assert int(f.available_variables()["rgba"]["AvailableStepsCount"]) == 3
         steps = f.read("step", step_selection=[0, 3])
-        img = f.read("image", step_selection=[2, 1])
+        img = f.read("rgba", step_selection=[2, 1])  # VTK image data: (W*H, 4), rows bottom first
+        assert "vtk.xml" in f.available_attributes()
     assert list(steps.ravel()) == [0, 1, 2]
-    np.testing.assert_array_equal(img.reshape(120, 160, 4), read_png(tmp_path / "frame_002.png"))
+    np.testing.assert_array_equal(img.reshape(120, 160, 4)[::-1], read_png(tmp_path / "frame_002.png"))
 
 
 def test_config_problems_are_all_listed_with_paths(tmp_path):
