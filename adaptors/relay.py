@@ -539,11 +539,26 @@ def _number(v) -> str:
     return s
 
 
-def _numbers(a: np.ndarray) -> str:
+def _numbers(a: np.ndarray, *, yaml: bool) -> str:
+    """An array's values, comma-separated, as :func:`_number` spells each (through
+    json's C float formatting: the per-value Python path is several times slower)."""
     a = np.asarray(a).reshape(-1)
-    if a.dtype.kind == "f":
-        return ", ".join(_number(x) for x in a.astype(np.float64).tolist())
-    return ", ".join(str(x) for x in a.tolist())
+    if a.dtype.kind != "f":
+        return json.dumps(a.tolist())[1:-1]
+    x = a.astype(np.float64)
+    s = json.dumps(x.tolist())[1:-1]
+    with np.errstate(invalid="ignore"):
+        # repr's exponent form ("1e-05", "1.5e+16"), which YAML 1.1 reads as a float only with a '.'
+        fix = np.flatnonzero(((np.abs(x) < 1e-4) & (x != 0)) | (np.abs(x) >= 1e16)) if yaml else ()
+    if len(fix):
+        parts = s.split(", ")
+        for i in fix.tolist():
+            parts[i] = _number(x[i])
+        s = ", ".join(parts)
+    if "N" in s or "I" in s:  # json's NaN, Infinity, -Infinity: Conduit's spelling (quoted in JSON)
+        q = "" if yaml else '"'
+        s = s.replace("-Infinity", f"{q}-inf{q}").replace("Infinity", f"{q}inf{q}").replace("NaN", f"{q}nan{q}")
+    return s
 
 
 def _json(v, depth: int) -> str:
@@ -561,9 +576,7 @@ def _json(v, depth: int) -> str:
     if a.ndim == 0:
         s = _number(a.item())
         return s if s not in ("nan", "inf", "-inf") else json.dumps(s)  # Conduit reads these strings as floats
-    if a.dtype.kind == "f" and not np.isfinite(a).all():
-        return "[" + ", ".join(_json(x, 0) for x in a.astype(np.float64)) + "]"
-    return "[" + _numbers(a) + "]"
+    return "[" + _numbers(a, yaml=False) + "]"
 
 
 def _yaml(out, key: str, v, depth: int) -> None:
@@ -579,4 +592,4 @@ def _yaml(out, key: str, v, depth: int) -> None:
         out.write(f"{pad}{k}: {json.dumps(v)}\n")
     else:
         a = np.asarray(v)
-        out.write(f"{pad}{k}: {_number(a.item()) if a.ndim == 0 else '[' + _numbers(a) + ']'}\n")
+        out.write(f"{pad}{k}: {_number(a.item()) if a.ndim == 0 else '[' + _numbers(a, yaml=True) + ']'}\n")

@@ -428,3 +428,26 @@ def test_ranks_write_their_domains_and_the_first_holding_one_the_root(mpi, tmp_p
     assert not (out / "bad" / "sim.cycle_000000.root").exists()
     assert all(res[r]["adaptor_errors"] == [] for r in range(nranks))
     check_uniform(str(out / "adaptor" / "sim.cycle_000004.root"), arrs, doms, cycle=4, time=1.0)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_non_finite_values_round_trip(tmp_path, protocol):
+    t = np.linspace(-1, 1, 60).reshape(5, 4, 3)
+    t[0, 0, 0], t[1, 2, 0], t[4, 3, 2] = np.nan, np.inf, -np.inf
+    t[2, 1, 1] = 1e-300
+    t[3, 1, 1] = 123456789.0
+    domains = mesh.parse(mesh.uniform({"T": t}))
+    _, (d,) = load_root(write_mesh(str(tmp_path / "s"), domains, protocol=protocol))
+    got = d["fields"]["T"]["values"]
+    assert np.array_equal(got, flat(t), equal_nan=True) and got.dtype == np.float64
+    try:
+        conduit = _conduit()
+    except pytest.skip.Exception:
+        return
+    if protocol == "hdf5" and not _conduit_has(conduit, "hdf5"):
+        return
+    n = conduit.Node()
+    conduit.relay.io.blueprint.load_mesh(n, str(tmp_path / "s.cycle_000000.root"))
+    v = n.child(0)["fields/T/values"]
+    assert np.isnan(v[0]) and np.isposinf(v[flat(np.isposinf(t)).argmax()]) and np.isneginf(v[-1])
+    same(v[np.isfinite(flat(t))], flat(t)[np.isfinite(flat(t))], 1 if protocol == "json" else 0)
