@@ -549,7 +549,7 @@ def _numbers(a: np.ndarray, *, yaml: bool) -> str:
     s = json.dumps(x.tolist())[1:-1]
     with np.errstate(invalid="ignore"):
         # repr's exponent form ("1e-05", "1.5e+16"), which YAML 1.1 reads as a float only with a '.'
-        fix = np.flatnonzero(((np.abs(x) < 1e-4) & (x != 0)) | (np.abs(x) >= 1e16)) if yaml else ()
+        fix = np.flatnonzero(((np.abs(x) < 1e-4) & (x != 0)) | (np.abs(x) >= 1e16)) if yaml else x[:0]
     if len(fix):
         parts = s.split(", ")
         for i in fix.tolist():
