@@ -114,19 +114,29 @@ def cell_mesh(points, connectivity, types, offsets=None) -> CellMesh:
         typ = arrays.asarray(types, name="types")
         if typ.ndim != 1:
             raise ValueError(f"types: expected a 1-D array, got {typ.ndim}-D")
-        bad = set(np.unique(arrays.to_host(typ)).tolist()) - set(CELL_POINTS)
-        if bad:
-            raise ValueError(f"types: unknown cell types {sorted(bad)}; known: {sorted(CELL_POINTS)}")
+        if typ.dtype.kind not in "iu":
+            raise ValueError(f"types: expected integer VTK type codes, got {typ.dtype}")
+        # One table lookup on the array's own device: codes outside 0..15 or naming no cell
+        # type have no size, and polygons (size 0 too) need offsets.
+        code = typ.astype(xp.int64)
+        known = (code >= 0) & (code < _FIXED.shape[0])
+        fixed, is_cell = _tables(typ)
+        size = fixed[xp.where(known, code, 0)]
+        cellish = known & is_cell[xp.where(known, code, 0)]
+        if typ.shape[0] and not bool(cellish.all()):
+            c = int(xp.argmin(cellish))
+            raise ValueError(f"types: cell {c} has unknown cell type {int(typ[c])}; known: {sorted(CELL_POINTS)}")
         typ = typ.astype(xp.uint8, copy=False)
         if offsets is None:
-            sizes = xp.asarray(_sizes_of(arrays.to_host(typ)))
-            offsets = xp.concatenate([xp.zeros(1, xp.int64), xp.cumsum(sizes, dtype=xp.int64)])
+            if typ.shape[0] and not bool((size > 0).all()):
+                raise ValueError("offsets: needed for polygons (cells of varying size)")
+            offsets = xp.concatenate([xp.zeros(1, xp.int64), xp.cumsum(size, dtype=xp.int64)])
     off = arrays.asarray(offsets, name="offsets").astype(xp.int64, copy=False)
     if off.ndim != 1 or off.shape[0] != typ.shape[0] + 1:
         raise ValueError(f"offsets: expected {typ.shape[0] + 1} entries (cells + 1), got shape {tuple(off.shape)}")
     if int(off[0]) != 0 or int(off[-1]) != conn.shape[0] or (off.shape[0] > 1 and bool((off[1:] < off[:-1]).any())):
         raise ValueError(f"offsets: expected 0 .. {conn.shape[0]} non-decreasing")
-    need = xp.asarray(_FIXED)[typ.astype(xp.int64)]
+    need = _tables(typ)[0][typ.astype(xp.int64)]
     sizes = off[1:] - off[:-1]
     wrong = (need > 0) & (sizes != need) | (need == 0) & (sizes < 3)
     if typ.shape[0] and bool(wrong.any()):
@@ -140,13 +150,19 @@ def cell_mesh(points, connectivity, types, offsets=None) -> CellMesh:
 
 #: Points per cell by type code, 0 for polygons and codes that are not cells.
 _FIXED = np.array([CELL_POINTS.get(t) or 0 for t in range(16)], dtype=np.int64)
+#: Whether a type code names a cell type.
+_IS_CELL = np.array([t in CELL_POINTS for t in range(16)])
+_TABLES_ON: dict[int, tuple] = {}  # device -> (_FIXED, _IS_CELL) there, uploaded once
 
 
-def _sizes_of(types: np.ndarray) -> np.ndarray:
-    sizes = _FIXED[types.astype(np.int64)]
-    if (sizes == 0).any():
-        raise ValueError("offsets: needed for polygons (cells of varying size)")
-    return sizes
+def _tables(like) -> tuple:
+    """(_FIXED, _IS_CELL) on `like`'s backend (on a device: uploaded once per device)."""
+    if not arrays.is_device_array(like):
+        return _FIXED, _IS_CELL
+    dev = int(arrays.device_id(like) or 0)
+    if dev not in _TABLES_ON:
+        _TABLES_ON[dev] = (arrays.to_device(_FIXED, device=dev), arrays.to_device(_IS_CELL, device=dev))
+    return _TABLES_ON[dev]
 
 
 def grid_cells(x, y, z=None) -> CellMesh:
