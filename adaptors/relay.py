@@ -139,7 +139,7 @@ def write_mesh(path: str, domains: Sequence[MeshDomain | CellDomain], *, protoco
             names = select_fields(d, fields, topologies, what=what)
             selections.append(names)
             _merge(local_index, _domain_index(d, names, cycle, time))
-    except (ValueError, KeyError, TypeError) as e:
+    except Exception as e:  # raised after the collective, so that no rank waits for this one
         error = e
     # 1st collective: domain counts (the global numbering), local indexes, and set-up errors.
     gathered = _allgather(ctx, (len(domains), local_index, _text(error)), f"{what}: domain counts")
@@ -178,7 +178,7 @@ def write_mesh(path: str, domains: Sequence[MeshDomain | CellDomain], *, protoco
                     if len(writers[f]) > k and writers[f][k] == rank:
                         _write_file(base, fproto, f, nfiles == total, d2f, first, domains, selections, cycle,
                                     time, part=k, parts=len(writers[f]))
-            except (OSError, ValueError, TypeError) as e:
+            except Exception as e:  # raised after the collectives below, which every rank enters
                 error = e
     # 2nd collective: did every rank write its domains? The .root comes last, only then.
     errors = _allgather(ctx, _text(error), f"{what}: domains written")
@@ -355,6 +355,8 @@ def select_fields(d, fields: Sequence[str] | None, topologies: Sequence[str] | N
         return have
     if isinstance(fields, str) or isinstance(topologies, str):
         raise TypeError(f"{what}: params/fields and params/topologies are lists of names, got a string")
+    if topologies is not None and not topologies:
+        raise ValueError(f"{what}: params/topologies: an empty list selects nothing")
     out: list[str] = []
     for t in topologies or ():
         if t != topo:

@@ -17,7 +17,6 @@ from adaptors.relay import write_mesh
 from blueprint_verify import domain_to_file, index_problems, load_root, problems, read_file, scalar
 
 PROTOCOLS = ("hdf5", "yaml", "json")
-CONDUIT_PY = "/root/.cache/insitu/conduit-bf28f4e70e471790-bd63240d/python-modules"
 
 
 def _rng(seed=0):
@@ -211,6 +210,8 @@ def test_bad_parameters_are_named(tmp_path):
         write_mesh(str(tmp_path / "x"), domains, num_files=-1)
     with pytest.raises(ValueError, match=r"params/fields: an empty list"):
         write_mesh(str(tmp_path / "x"), domains, fields=[])
+    with pytest.raises(ValueError, match=r"params/topologies: an empty list"):
+        write_mesh(str(tmp_path / "x"), domains, topologies=[])
     assert os.listdir(tmp_path) == []  # nothing written
     (tmp_path / "file").write_text("")
     for n in (1, 3):  # root_only and a folder of domains
@@ -249,9 +250,10 @@ def test_the_adaptor_runs_the_relay_extract_every_step(tmp_path):
 
 
 def _conduit():
-    path = os.environ.get("INSITU_CONDUIT_PYTHONPATH") or (CONDUIT_PY if os.path.isdir(CONDUIT_PY) else None)
+    path = os.environ.get("INSITU_CONDUIT_PYTHONPATH")
     if not path or not os.path.isdir(os.path.join(path, "conduit")):
-        pytest.skip("Conduit's Python module is missing: INSITU_CONDUIT_PYTHONPATH is not set (`make conduit`)")
+        pytest.skip(f"Conduit's Python module is missing: INSITU_CONDUIT_PYTHONPATH={path or '(not set)'} holds no "
+                    "conduit package (`make conduit` builds it)")
     if path not in sys.path:
         sys.path.insert(0, path)
     try:
