@@ -205,8 +205,7 @@ def _clip(mesh: CellMesh, s, value: float, inside, pf: dict, cf: dict) -> Clippe
     numba_path = xp is np and use_numba
     if numba_path:  # one pass over the cells (Numba) instead of a dozen whole-array ones
         h = _host_clip_tables()
-        cut3, cut2, used, renum, counts, *wout = _cpu().classify(conn, off, inside, mesh.types, h["dims"], h[3][2],
-                                                                 h[2][2])
+        whole, cut3, cut2, used, counts = _cpu().classify(conn, off, inside, mesh.types, h["dims"], h[3][2], h[2][2])
         cut_d = {3: cut3, 2: cut2}
         counts[0] = nan_flag(s)
     else:
@@ -231,8 +230,8 @@ def _clip(mesh: CellMesh, s, value: float, inside, pf: dict, cf: dict) -> Clippe
         raise ValueError(f"mesh: {nbad} cells that clip cannot split are cut (lines, polygons); it splits "
                          "tri, quad, tet, hex, wedge and pyramid")
     if numba_path:
-        return _clip_cpu(mesh, s, value, inside, used, renum, wout, n_whole, whole_len, n_used, cut_d,
-                         {3: w3, 2: w2}, pf, cf)
+        return _clip_cpu(mesh, s, value, inside, whole, used, n_whole, whole_len, n_used, cut_d, {3: w3, 2: w2},
+                         pf, cf)
     # wholly kept cells
     widx = compact(whole, n_whole)
     renum = xp.cumsum(used, dtype=xp.int64) - 1
@@ -308,14 +307,13 @@ _SENTINEL = np.iinfo(np.int64).max
 use_numba = True
 
 
-def _clip_cpu(mesh, s, value, inside, used, renum, wout, n_whole, whole_len, n_used, cut_d, widths, pf,
-              cf) -> Clipped:
+def _clip_cpu(mesh, s, value, inside, whole, used, n_whole, whole_len, n_used, cut_d, widths, pf, cf) -> Clipped:
     """The host path: the device path's steps per cell in Numba, to the same output in the
-    same order, written straight into the output arrays (`wout`: the whole cells, written
-    by classify at the front of buffers of the input's size)."""
+    same order, written straight into the output arrays."""
     k = _cpu()
     n = mesh.n_points
     shift = max(n - 1, 1).bit_length()  # edge keys lo << shift | hi
+    renum = k.renumber(used)
     used_idx = np.flatnonzero(used)
     parts = []
     for d in (3, 2):
@@ -331,15 +329,9 @@ def _clip_cpu(mesh, s, value, inside, used, renum, wout, n_whole, whole_len, n_u
     nout = {q[0]: int(_host_clip_tables()[q[0]][1].sum(axis=1)[q[3]].sum()) for q in parts}  # by kept count
     n3, n2 = nout.get(3, 0), nout.get(2, 0)
     nc = n_whole + n3 + n2
-    nconn = whole_len + 4 * n3 + 3 * n2
-    wconn, woff, wtypes, wcells = wout
-    conn = wconn[:nconn] if nconn <= len(wconn) else np.concatenate([wconn[:whole_len], np.empty(nconn - whole_len,
-                                                                                                 np.int64)])
-    if nc <= len(wtypes):
-        off, types, cells = woff[:nc + 1], wtypes[:nc], wcells[:nc]
-    else:
-        off, types, cells = (np.concatenate([a[:m], np.empty(nc - n_whole, a.dtype)])
-                             for a, m in ((woff, n_whole + 1), (wtypes, n_whole), (wcells, n_whole)))
+    conn, off = np.empty(whole_len + 4 * n3 + 3 * n2, np.int64), np.empty(nc + 1, np.int64)
+    types, cells = np.empty(nc, np.uint8), np.empty(nc, np.int64)
+    k.assemble_whole(mesh.connectivity, mesh.offsets, mesh.types, whole, renum, conn, off, types, cells)
     at = 0
     for d, ids, orig, nk, dkeys, kst, parent in parts:
         tpl, ok, _ = _host_clip_tables()[d]
@@ -355,8 +347,6 @@ def _clip_cpu(mesh, s, value, inside, used, renum, wout, n_whole, whole_len, n_u
             off[c0 + 1:] = e0 + 3 * np.arange(1, n2 + 1)
             types[c0:] = TRIANGLE
             cells[c0:] = parent[src]
-    if 2 * nconn < len(wconn):  # most of the buffers unused: hand back arrays of their own
-        conn, off, types, cells = conn.copy(), off.copy(), types.copy(), cells.copy()
     return _carry(CellMesh(allp, conn, off, types), cells, used_idx, lo, hi, t, pf, cf)
 
 
@@ -393,26 +383,13 @@ def _cpu():
 
     @numba.njit(cache=True, nogil=True)
     def classify(conn, off, inside, ctypes, dims, ns3, ns2):
-        """Cells wholly kept (written out at once, renumbered: into buffers of the input's
-        size, which the cut cells' simplices usually fit after), cut (by dimension), and the
-        counts of the device path's first read."""
         nc, npts = off.shape[0] - 1, inside.shape[0]
-        renum = np.empty(npts, np.int64)  # among the kept points; corrected below if some are in no cell
-        nin = 0
-        for p in range(npts):
-            renum[p] = nin
-            nin += inside[p]
+        whole = np.empty(nc, np.bool_)
         cut3 = np.zeros(nc, np.bool_)
         cut2 = np.zeros(nc, np.bool_)
         ref = np.zeros(npts, np.bool_)
-        oconn = np.empty(conn.shape[0], np.int64)
-        ooff = np.empty(nc + 1, np.int64)
-        otypes = np.empty(nc, np.uint8)
-        cells = np.empty(nc, np.int64)
-        ooff[0] = 0
         counts = np.zeros(11, np.int64)  # as the device path's stack
         smin, smax = np.iinfo(np.int64).max, 0
-        i = at = 0
         for c in range(nc):
             a, b = off[c], off[c + 1]
             k = 0
@@ -423,14 +400,10 @@ def _cpu():
                     k += 1
             size = b - a
             smin, smax = min(smin, size), max(smax, size)
+            whole[c] = k == size
             if k == size:
-                for j in range(a, b):
-                    oconn[at] = renum[conn[j]]
-                    at += 1
-                otypes[i] = ctypes[c]
-                cells[i] = c
-                i += 1
-                ooff[i] = at
+                counts[1] += 1
+                counts[2] += size
             elif k > 0:
                 t = ctypes[c]
                 if dims[t] == 3 and ns3[t] > 0:
@@ -443,23 +416,36 @@ def _cpu():
                     counts[10] = max(counts[10], ns2[t])
                 else:
                     counts[6] += 1
-        counts[1], counts[2] = i, at
         used = np.empty(npts, np.bool_)
         for p in range(npts):
             used[p] = inside[p] and ref[p]
             counts[3] += used[p]
         counts[4], counts[5] = smin, smax
-        if counts[3] < nin:  # kept points in no cell: numbered without them
-            new = np.empty(nin, np.int64)
-            k = 0
-            for p in range(npts):
-                if inside[p]:
-                    new[renum[p]] = k
-                    renum[p] = k
-                    k += used[p]
-            for j in range(at):
-                oconn[j] = new[oconn[j]]
-        return cut3, cut2, used, renum, counts, oconn, ooff, otypes, cells
+        return whole, cut3, cut2, used, counts
+
+    @numba.njit(cache=True, nogil=True)
+    def renumber(used):
+        renum = np.empty(used.shape[0], np.int64)
+        k = 0
+        for p in range(used.shape[0]):
+            renum[p] = k - 1 + used[p]  # unused points: never read
+            k += used[p]
+        return renum
+
+    @numba.njit(cache=True, nogil=True)
+    def assemble_whole(conn, off, ctypes, whole, renum, oconn, ooff, otypes, cells):
+        """The whole cells (renumbered) at the front of the output arrays."""
+        ooff[0] = 0
+        i = at = 0
+        for c in range(whole.shape[0]):
+            if whole[c]:
+                for j in range(off[c], off[c + 1]):
+                    oconn[at] = renum[conn[j]]
+                    at += 1
+                otypes[i] = ctypes[c]
+                cells[i] = c
+                i += 1
+                ooff[i] = at
 
     @numba.njit(cache=True, nogil=True)
     def emit_tets(ids, nk, kst, uid, pos, renum, n_used, tpl, ok, pts, parent, i, at, oconn, ooff, otypes, cells):
@@ -663,8 +649,9 @@ def _cpu():
                 out[nu + i, k] = p[a, k] + t[i] * (p[b, k] - p[a, k])
         return out, t
 
-    return types.SimpleNamespace(classify=classify, split_clip=split_clip, number_edges=number_edges,
-                                 new_points=new_points, emit=emit, emit_tets=emit_tets)
+    return types.SimpleNamespace(classify=classify, renumber=renumber, assemble_whole=assemble_whole,
+                                 split_clip=split_clip, number_edges=number_edges, new_points=new_points,
+                                 emit=emit, emit_tets=emit_tets)
 
 
 def _sort_rows(k):
