@@ -1,16 +1,16 @@
 """CUDA kernels of the cell contour: the algorithm and numbering of _contour_cpu.py.
 
-A thread takes CPT = 4 consecutive cells, a block BLOCK * CPT (standing for the CPU's
-chunks), in both passes. Cells lie one after the other in the connectivity, sized by
-their types (cell_mesh checks it), so a block reads one offset and scans its cells' sizes
-instead of reading an offset per cell. Per level: cc_count reads the cells' corner
-values once, writes each case (a byte) and adds up the block's crossed edges and faces;
-CuPy's cumsum scans the block totals; after one read of the totals (to size the outputs)
-cc_emit skips the blocks where nothing is crossed, scans the rest's counts again from the
-cases and lets the crossed cells write their edge keys, faces (slot numbers) and cell
-ids. The weld sorts each level's keys (cupy.argsort), marks the first of each run
-(cc_first), numbers them (cumsum), and cc_vertex interpolates each vertex once and maps
-every slot to its vertex; a second read fetches the vertex counts.
+A thread takes CPT = 4 consecutive cells, a warp a tile of 128 (standing for the CPU's
+chunks), in both passes; no pass synchronises more than a warp. Cells lie one after the
+other in the connectivity, sized by their types (cell_mesh checks it), so a tile reads
+one offset and scans its cells' sizes instead of reading an offset per cell. Per level:
+cc_count reads the cells' corner values once, writes each case (a byte) and adds up the
+tile's crossed edges and faces; CuPy's cumsum scans the tile totals; after one read of
+the totals (to size the outputs) cc_emit skips the tiles where nothing is crossed, scans
+the rest's counts again from the cases and lets the crossed cells write their edge keys,
+faces (slot numbers) and cell ids. The weld sorts each level's keys (cupy.argsort), marks
+the first of each run (cc_first), numbers them (cumsum), and cc_vertex interpolates each
+vertex once and maps every slot to its vertex; a second read fetches the vertex counts.
 """
 
 from __future__ import annotations
@@ -34,41 +34,23 @@ _CTYPE = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long", np.dtype(n
 _SOURCE = r"""
 #define BLOCK %(block)d
 #define CPT %(cpt)d  // cells per thread in both passes
+#define TILE (32 * CPT)  // cells per warp: the unit of the scan
 #define MAX_SLOTS %(max_slots)d
 #define MAX_FACES %(max_faces)d
 #define NAN_BIT (1u << 16)
 #define FULL 0xFFFFFFFFu
 
-// The sum over the block of x (every thread gets it); `sh`: BLOCK / 32 ints.
-__device__ __forceinline__ int block_sum(int x, int* sh) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    x = __reduce_add_sync(FULL, x);
-    __syncthreads();  // sh free (an earlier call may still read it)
-    if (lane == 0) sh[warp] = x;
-    __syncthreads();
-    int s = 0;
-    #pragma unroll
-    for (int w = 0; w < BLOCK / 32; ++w) s += sh[w];
-    return s;
-}
-
-// Exclusive scan of x over the block of NT threads, in thread order; `sh`: NT / 32 Ts.
-template <int NT, typename T>
-__device__ __forceinline__ T block_exclusive(T x, T* sh) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+// Exclusive scan of x over the warp, in lane order.
+template <typename T>
+__device__ __forceinline__ T warp_exclusive(T x) {
+    const int lane = threadIdx.x & 31;
     T inc = x;
     #pragma unroll
     for (int d = 1; d < 32; d <<= 1) {
         const T y = __shfl_up_sync(FULL, inc, d);
         if (lane >= d) inc += y;
     }
-    __syncthreads();
-    if (lane == 31) sh[warp] = inc;
-    __syncthreads();
-    T before = 0;
-    #pragma unroll
-    for (int w = 0; w < NT / 32; ++w) before += w < warp ? sh[w] : 0;
-    return before + inc - x;
+    return inc - x;
 }
 
 struct Cells {  // the mesh's CSR arrays and their strides (elements)
@@ -82,20 +64,21 @@ struct Cells {  // the mesh's CSR arrays and their strides (elements)
 __constant__ int SIZE[16] = {0, 1, 0, 2, 0, 3, 0, 0, 0, 4, 4, 0, 8, 6, 5, 0};
 #define POLYGON 7
 
-// Pass 1 for one level: code[c] the case of cell c, tot_v/tot_f[blockIdx.x] the block's
+// Pass 1 for one level: code[c] the case of cell c, tot_v/tot_f[tile] the tile's
 // crossed edges and faces, flags |= 1 << type of the types met, NAN_BIT for a NaN corner.
-// A thread takes CPT consecutive cells. They lie one after the other in the
-// connectivity, sized by their types (as cell_mesh checks), so a block reads one offset
-// and scans its threads' sizes: no per-cell offsets, and each thread has all its cells'
-// loads in flight at once. A block holding a polygon (not contoured: the call will
-// raise) only reports its types.
+// A thread takes CPT consecutive cells, a warp a tile. Its ids follow one another, sized
+// by their types (as cell_mesh checks), so the tile reads one offset and scans its
+// threads' sizes: no per-cell offsets, and each thread has all its cells' loads in
+// flight at once. A tile holding a polygon (not contoured: the call will raise) only
+// reports its types.
 extern "C" __global__ void __launch_bounds__(BLOCK) cc_count(
         const Cells m, const VAL* __restrict__ values, const long long vs, const double level,
         const int* __restrict__ base, const unsigned char* __restrict__ nvert, const unsigned char* __restrict__ nface,
         unsigned char* __restrict__ code, int* __restrict__ tot_v, int* __restrict__ tot_f,
         unsigned int* __restrict__ flags) {
-    __shared__ int sh[BLOCK / 32];
-    const long long c0 = (long long)blockIdx.x * (BLOCK * CPT), cb = c0 + (long long)threadIdx.x * CPT;
+    const long long tile = (long long)blockIdx.x * (BLOCK / 32) + (threadIdx.x >> 5);
+    const long long c0 = tile * TILE, cb = c0 + (long long)(threadIdx.x & 31) * CPT;
+    if (c0 >= m.n) return;
     int t[CPT], sum = 0;
     bool poly = false;
     unsigned int fl = 0;
@@ -107,9 +90,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK) cc_count(
         poly |= t[j] == POLYGON;
     }
     const long long o0 = m.off[c0 * m.os];
-    long long o = o0 + block_exclusive<BLOCK>(sum, sh);
+    long long o = o0 + warp_exclusive(sum);
     int nv = 0, nf = 0;
-    if (!__syncthreads_or(poly)) {
+    if (!__any_sync(FULL, poly)) {
         #pragma unroll
         for (int j = 0; j < CPT; ++j) {
             const int size = SIZE[t[j]];
@@ -138,19 +121,19 @@ extern "C" __global__ void __launch_bounds__(BLOCK) cc_count(
     }
     fl = __reduce_or_sync(FULL, fl);
     if ((threadIdx.x & 31) == 0 && fl) atomicOr(flags, fl);
-    // both counts in one sum: a block has at most 1024 x 12 crossed edges and 1024 x 5 faces
-    const int s = block_sum((nv << 16) | nf, sh);
-    if (threadIdx.x == 0) {
-        tot_v[blockIdx.x] = s >> 16;
-        tot_f[blockIdx.x] = s & 0xFFFF;
+    // both counts in one sum: a tile has at most TILE x 12 crossed edges and TILE x 5 faces
+    const int s = __reduce_add_sync(FULL, (nv << 16) | nf);
+    if ((threadIdx.x & 31) == 0) {
+        tot_v[tile] = s >> 16;
+        tot_f[tile] = s & 0xFFFF;
     }
 }
 
-// Pass 2 for one level, the cells of cc_count's threads and blocks: every crossed cell
-// writes its slots' keys (lo * npoints + hi), its faces (slot numbers) and their cell,
-// from the block's first slot and face (inc - tot: the scan of cc_count's totals) and the
-// block's scan of its cells' counts; its ids start at the block's first offset plus the
-// sizes of the cells before it (no polygons reach here).
+// Pass 2 for one level, the cells and tiles of cc_count: every crossed cell writes its
+// slots' keys (lo * npoints + hi), its faces (slot numbers) and their cell, from the
+// tile's first slot and face (inc - tot: the scan of cc_count's totals) and the tile's
+// scan of its cells' counts; its ids start at the tile's first offset plus the sizes of
+// the cells before it (no polygons reach here).
 extern "C" __global__ void __launch_bounds__(BLOCK) cc_emit(
         const Cells m, const unsigned char* __restrict__ code, const int* __restrict__ base,
         const unsigned char* __restrict__ nvert, const unsigned char* __restrict__ nface,
@@ -158,11 +141,12 @@ extern "C" __global__ void __launch_bounds__(BLOCK) cc_emit(
         const int* __restrict__ tot_v, const int* __restrict__ tot_f, const long long* __restrict__ inc_v,
         const long long* __restrict__ inc_f, const long long npoints, const int ncol, long long* __restrict__ keys,
         int* __restrict__ faces, long long* __restrict__ cells) {
-    __shared__ long long sh[BLOCK / 32];
-    const int tv = tot_v[blockIdx.x];
-    if (tv == 0) return;  // nothing crossed in the block
-    const long long c0 = (long long)blockIdx.x * (BLOCK * CPT), cb = c0 + (long long)threadIdx.x * CPT;
-    const long long v0b = inc_v[blockIdx.x] - tv, f0b = inc_f[blockIdx.x] - tot_f[blockIdx.x];
+    const long long tile = (long long)blockIdx.x * (BLOCK / 32) + (threadIdx.x >> 5);
+    const long long c0 = tile * TILE, cb = c0 + (long long)(threadIdx.x & 31) * CPT;
+    if (c0 >= m.n) return;
+    const int tv = tot_v[tile];
+    if (tv == 0) return;  // nothing crossed in the tile
+    const long long v0b = inc_v[tile] - tv, f0b = inc_f[tile] - tot_f[tile];
     const long long o0 = m.off[c0 * m.os];
     int cs[CPT], sz[CPT];
     long long sum = 0;
@@ -176,8 +160,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK) cc_emit(
             sum += ((long long)sz[j] << 40) | (nvert[cs[j]] << 20) | nface[cs[j]];
         }
     }
-    // sizes (< 2^14 a block), crossed edges (< 2^14) and faces (< 2^13) in one scan
-    const long long s = block_exclusive<BLOCK>(sum, sh);
+    // sizes, crossed edges and faces (each < 2^20 a tile) in one scan
+    const long long s = warp_exclusive(sum);
     if ((sum & 0xFFFFFFFFFFll) == 0) return;
     long long o = o0 + (s >> 40), v0 = v0b + ((s >> 20) & 0xFFFFF), f0 = f0b + (s & 0xFFFFF);
     #pragma unroll
@@ -299,13 +283,14 @@ def contour(pts, conn, offsets, types, vals, levels, col, check_flags):
     base, nvert, nface, slots, ftab = _tables(pts.device.id)
     cells_rec = _cells_record(conn, offsets, types)
     vs = np.int64(_stride(vals, "values")[0])
-    nb = -(-ncells // (_BLOCK * _CPT))
+    nb = -(-ncells // (32 * _CPT))  # tiles: a warp's cells
+    grid = (-(-nb // (_BLOCK // 32)),)
     code = xp.empty((nlev, ncells), xp.uint8)
     tot = xp.empty((2, nlev, nb), xp.int32)
     flags = xp.zeros(2, xp.uint32)  # pass 1's, the colour's
     count = mod.get_function("cc_count")
     for n, lev in enumerate(levels):
-        count((nb,), (_BLOCK,), (cells_rec, vals, vs, np.float64(lev), base, nvert, nface, code[n], tot[0, n],
+        count(grid, (_BLOCK,), (cells_rec, vals, vs, np.float64(lev), base, nvert, nface, code[n], tot[0, n],
                                  tot[1, n], flags))
     inc = xp.cumsum(tot.reshape(2, nlev * nb), axis=1, dtype=xp.int64)
     fl, *ends = arrays.scalars_to_host(
@@ -320,7 +305,7 @@ def contour(pts, conn, offsets, types, vals, levels, col, check_flags):
     cells = xp.empty(nf, xp.int64)
     emit = mod.get_function("cc_emit")
     for n in range(nlev):
-        emit((nb,), (_BLOCK,), (cells_rec, code[n], base, nvert, nface, slots, ftab, tot[0, n], tot[1, n],
+        emit(grid, (_BLOCK,), (cells_rec, code[n], base, nvert, nface, slots, ftab, tot[0, n], tot[1, n],
                                 inc[0, n * nb:], inc[1, n * nb:], np.int64(npts), np.int32(dim), keys, faces, cells))
     # weld, level by level
     verts_all = xp.empty((nslots, 3), pts.dtype)
