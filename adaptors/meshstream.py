@@ -208,6 +208,9 @@ class MeshStream:
         grid = _grid([m[:4] for m in metas])
         kinds: dict[str, tuple] = {}
         for did, _, _, _, fs in metas:
+            if set(fs) != set(metas[0][4]):
+                raise ValueError(f"mesh stream: domain {did} has fields {sorted(fs)}, domain {metas[0][0]} "
+                                 f"{sorted(metas[0][4])}: every domain must write the same fields (name them)")
             for n, kind in fs.items():
                 if n in RESERVED:
                     raise ValueError(f"mesh stream: field {n!r} (domain {did}) takes a reserved name "
@@ -247,9 +250,13 @@ class MeshStream:
                 out.append((name, a, shape, [o[2], o[1], o[0]], list(a.shape)))
         assert self._writer is not None  # rank 0
         attrs = {}
+        now = (grid.origin.tolist(), grid.spacing.tolist(), grid.cells, sorted(kinds.items()))
         if self._grid is None:
-            self._grid = (grid.origin.tolist(), grid.spacing.tolist(), grid.cells)
+            self._grid = now
             attrs = mesh_schemas(grid.cells, grid.origin, grid.spacing, kinds)
+        elif now != self._grid:  # the schemas are attributes, written once
+            raise ValueError(f"mesh stream {self.path}: the grid or its fields changed since the first step "
+                             f"(origin, spacing, cells, fields {now} vs {self._grid}); open a new stream")
         return self._writer.write_variables(out, attributes=attrs)
 
     def close(self) -> None:
@@ -339,6 +346,10 @@ def read_steps(path: str, *, engine: str = "SST", timeout: float = 60.0, interfa
     if not isinstance(path, str):
         raise TypeError(f"read_steps path: expected the stream's name (one stream for all ranks), got {path!r}")
     k, n = part
+    if not (isinstance(n, int) and n > 0 and isinstance(k, int) and 0 <= k < n):
+        raise ValueError(f"read_steps part: expected (k, n) with 0 <= k < n, got {part!r}")
+    if not (isinstance(ghost, int) and ghost >= 0):
+        raise ValueError(f"read_steps ghost: expected an int >= 0, got {ghost!r}")
     ad = adios2.Adios()
     io = ad.declare_io(f"insitu-mesh-reader:{path}")
     io.set_engine(engine)

@@ -222,3 +222,38 @@ def test_in_transit_analysis_ranks_draw_what_one_process_draws_from_the_whole_fi
         y = np.asarray(Image.open(tmp_path / "whole" / f"f_{step:04d}.png")).astype(int)
         assert x[..., :3].std() > 5  # the surface is in the picture
         assert (np.abs(x - y) <= 1).all(axis=2).mean() > 0.999
+
+
+def test_mesh_stream_refuses_domains_that_do_not_make_one_global_array(tmp_path):
+    from adaptors.mesh import parse, uniform
+    from adaptors.meshstream import MeshStream, read_steps
+
+    a = np.zeros((3, 3, 3))
+    ok = [uniform({"T": a}, domain_id=0), uniform({"T": a}, origin=(2, 0, 0), domain_id=1)]
+    cases = [
+        ([uniform({"T": a}), uniform({"T": a}, origin=(3, 0, 0), domain_id=1)], ValueError, r"do not tile"),
+        ([uniform({"T": a}), uniform({"T": a}, origin=(2, 0, 0), spacing=(2, 1, 1), domain_id=1)], ValueError,
+         r"domain 1 has spacing \[2.0, 1.0, 1.0\].*one spacing"),
+        ([uniform({"T": a}), uniform({"T": a}, origin=(2.5, 0, 0), domain_id=1)], ValueError, r"off the grid"),
+        ([uniform({"T": a}), uniform({"T": a.astype(np.float32)}, origin=(2, 0, 0), domain_id=1)], ValueError,
+         r"field 'T' is vertex float32 in domain 1, vertex float64 elsewhere"),
+        ([uniform({"time": a})], ValueError, r"field 'time' \(domain 0\) takes a reserved name"),
+        ([uniform({"T": a}), uniform({"U": a}, origin=(2, 0, 0), domain_id=1)], ValueError,
+         r"every domain must write the same fields"),
+    ]
+    for i, (doms, exc, match) in enumerate(cases):
+        s = MeshStream(str(tmp_path / f"bad{i}.bp"), "BP5")
+        with pytest.raises(exc, match=match):
+            s.write(parse(doms), None, step=0, time=0.0)
+        s.close()
+    s = MeshStream(str(tmp_path / "ok.bp"), "BP5")
+    with pytest.raises(KeyError, match=r"domain 0 has no field 'U'; fields: T"):
+        s.write(parse(ok), ["U"], step=0, time=0.0)
+    assert s.write(parse(ok), None, step=0, time=0.0)
+    with pytest.raises(ValueError, match=r"the grid or its fields changed since the first step"):
+        s.write(parse(ok[:1]), None, step=1, time=1.0)
+    s.close()
+    with pytest.raises(ValueError, match=r"read_steps part: expected \(k, n\) with 0 <= k < n, got \(2, 2\)"):
+        next(read_steps(str(tmp_path / "ok.bp"), engine="BP5", part=(2, 2)))
+    with pytest.raises(TypeError, match=r"read_steps path: expected the stream's name"):
+        next(read_steps([str(tmp_path / "ok.bp")], engine="BP5"))
