@@ -257,3 +257,27 @@ def test_mesh_stream_refuses_domains_that_do_not_make_one_global_array(tmp_path)
         next(read_steps(str(tmp_path / "ok.bp"), engine="BP5", part=(2, 2)))
     with pytest.raises(TypeError, match=r"read_steps path: expected the stream's name"):
         next(read_steps([str(tmp_path / "ok.bp")], engine="BP5"))
+
+
+def test_schemas_of_a_cell_only_mesh_and_bad_arguments(tmp_path):
+    from adaptors.mesh import parse, uniform
+    from adaptors.meshstream import MeshStream
+    from insitu.stream.schema import fides_uniform, vtx_image
+
+    e = np.arange(2 * 3 * 4, dtype=np.float64).reshape(2, 3, 4)
+    s = MeshStream(str(tmp_path / "cells.bp"), "BP5")
+    s.write(parse([uniform({"E": e}, element=["E"], spacing=(0.5, 1, 2))]), None, step=0, time=0.0)
+    s.close()
+    with adios2.FileReader(str(tmp_path / "cells.bp")) as f:
+        # no point field: Fides (which sizes the grid from one) is left out; VTX takes TIME with the cells
+        check_vtk_xml(f.read_attribute_string("vtk.xml"), (2, 3, 4), (0, 0, 0), (0.5, 1, 2), [], ["E"])
+        assert not any(k.startswith("Fides_") for k in f.available_attributes())
+        np.testing.assert_array_equal(f.read("E"), e.transpose())
+    with pytest.raises(ValueError, match=r"vtx_image cells: expected 3 counts >= 0"):
+        vtx_image((2, 3), (0, 0, 0), (1, 1, 1))
+    with pytest.raises(ValueError, match=r"vtx_image origin: expected 3 values"):
+        vtx_image((2, 3, 4), (0, 0), (1, 1, 1))
+    with pytest.raises(ValueError, match=r"dimension: 'E' must be one of the point variables \(T\)"):
+        fides_uniform((0, 0, 0), (1, 1, 1), dimension="E", variables={"T": "points", "E": "cell_set"})
+    with pytest.raises(ValueError, match=r"associations must be 'points' or 'cell_set'"):
+        fides_uniform((0, 0, 0), (1, 1, 1), dimension="T", variables={"T": "points", "E": "cells"})
