@@ -76,6 +76,9 @@ extern "C" __global__ void __launch_bounds__(BLOCK) cc_count(
         const int* __restrict__ base, const unsigned char* __restrict__ nvert, const unsigned char* __restrict__ nface,
         unsigned char* __restrict__ code, int* __restrict__ tot_v, int* __restrict__ tot_f,
         unsigned int* __restrict__ flags) {
+    // each warp's ids (at most TILE x 8) as 32-bit words, one word skipped every 32: the
+    // warp reads them coalesced, then each thread its run of them without bank conflicts
+    __shared__ unsigned int wids[BLOCK / 32][TILE * 8 + TILE * 8 / 32];
     const long long tile = (long long)blockIdx.x * (BLOCK / 32) + (threadIdx.x >> 5);
     const long long c0 = tile * TILE, cb = c0 + (long long)(threadIdx.x & 31) * CPT;
     if (c0 >= m.n) return;
@@ -90,9 +93,13 @@ extern "C" __global__ void __launch_bounds__(BLOCK) cc_count(
         poly |= t[j] == POLYGON;
     }
     const long long o0 = m.off[c0 * m.os];
-    long long o = o0 + warp_exclusive(sum);
+    int p = warp_exclusive(sum);
     int nv = 0, nf = 0;
     if (!__any_sync(FULL, poly)) {
+        const int span = __shfl_sync(FULL, p + sum, 31);
+        unsigned int* w = wids[threadIdx.x >> 5];
+        for (int i = threadIdx.x & 31; i < span; i += 32) w[i + (i >> 5)] = (unsigned int)m.conn[(o0 + i) * m.cs];
+        __syncwarp();
         #pragma unroll
         for (int j = 0; j < CPT; ++j) {
             const int size = SIZE[t[j]];
@@ -100,12 +107,13 @@ extern "C" __global__ void __launch_bounds__(BLOCK) cc_count(
             #pragma unroll
             for (int i = 0; i < 8; ++i) {
                 if (i < size) {
-                    const double x = (double)values[(long long)m.conn[(o + i) * m.cs] * vs];
+                    const int k = p + i;
+                    const double x = (double)values[(long long)w[k + (k >> 5)] * vs];
                     mask |= (x >= level) << i;
                     if (x != x) fl |= NAN_BIT;
                 }
             }
-            o += size;
+            p += size;
             const int b = base[t[j]];
             if (b < 0) mask = 0;
             else {
@@ -275,6 +283,8 @@ def contour(pts, conn, offsets, types, vals, levels, col, check_flags):
     if types.dtype != np.uint8:
         types = types.astype(np.uint8)
     ncells, npts, nlev = int(types.shape[0]), int(pts.shape[0]), len(levels)
+    if npts > 2**32 - 1:  # cc_count keeps ids as 32-bit words
+        raise ValueError(f"mesh: {npts} points, more than the GPU path indexes (2^32 - 1)")
     cdt = col.dtype if col is not None else pts.dtype
     if ncells == 0:
         return (xp.zeros((0, 3), pts.dtype), xp.zeros((0, 3), xp.int32),
