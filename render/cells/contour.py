@@ -140,6 +140,14 @@ def contour(mesh: CellMesh, values, levels: float | Sequence[float], *, color=No
     ValueError
         Naming `values`, `color`, `levels` or `mesh` (polygons, lines and vertices are not
         contoured; a mesh mixing 2-D and 3-D cells).
+
+    Notes
+    -----
+    A corner counts as above a level when its value is ``>= level`` (VTK's test), so a
+    level met exactly at points gives zero-area faces there, not holes. Triangles face
+    towards higher values in cells of VTK's positive orientation; an inverted cell's
+    triangles face the other way. Vertices are numbered by their edge (lower point id,
+    then the other, level after level) and faces by cell, on both backends alike.
     """
     pts, conn, offsets, types = _mesh_arrays(mesh)
     vals = _point_field(values, mesh, "values")
