@@ -6,11 +6,15 @@ uniform grid the domains tile, in ADIOS2's row-major order ``(nz, ny, nx)`` (x f
 as VTK's image arrays): vertex fields of the global node dims, element fields of the
 global cell dims. Each domain's real part is one block (start = its offset in the grid,
 count = its real nodes or cells; ghosts are not written). A node shared by two domains
-belongs to the one above it: a block writes nodes ``[offset, offset + cells)`` along each
-axis, plus the last node where it touches the grid's upper end, so no value is written
-twice. Beside the fields: ``step`` (int64), ``time`` (float64) and ``blocks``,
-``(n, 7)`` int64 rows ``domain_id, x0, y0, z0, cx, cy, cz`` (each domain's cell offset and
-real cells), and, set once, the ``vtk.xml`` (VTX) and ``Fides_*`` attributes of
+belongs to the one below it: along each axis a block writes nodes ``(offset, offset +
+cells]``, plus node ``offset`` where it starts the grid, so no value is written twice.
+That is Fides' convention: its reader's shared points (``CreateSharedPoints``) take each
+block's point selection one node lower where it does not start the grid, so the block's
+points span exactly its cells (no gaps between blocks in ParaView).
+
+Beside the fields: ``step`` (int64), ``time`` (float64), ``origin`` and ``spacing`` (3
+float64 each, x, y, z) and ``blocks``, ``(n, 7)`` int64 rows ``domain_id, x0, y0, z0, cx,
+cy, cz`` (each domain's cell offset and real cells), and, set once, the ``vtk.xml`` (VTX) and ``Fides_*`` attributes of
 :mod:`insitu.stream.schema` (ParaView and VisIt open the stream as image data).
 
 The PyPI ADIOS2 wheel is serial (no MPI), so one process writes: every rank's blocks are
@@ -73,10 +77,13 @@ class _Grid:
     offsets: list[tuple[int, int, int]]  # per block (all ranks, rank order): cell offset x, y, z
     counts: list[tuple[int, int, int]]  # per block: real cells x, y, z
 
-    def nodes(self, b: int) -> tuple[int, int, int]:
-        """Nodes block `b` writes along x, y, z (the upper end's only where it touches it)."""
+    def nodes(self, b: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """The first node block `b` writes and how many, along x, y, z: nodes
+        ``(offset, offset + cells]``, and node ``offset`` too where it is 0."""
         o, c = self.offsets[b], self.counts[b]
-        return tuple(c[a] + (o[a] + c[a] == self.cells[a]) for a in range(3))  # type: ignore[return-value]
+        skip = tuple(int(o[a] > 0) for a in range(3))
+        return (tuple(o[a] + skip[a] for a in range(3)),  # type: ignore[return-value]
+                tuple(c[a] + 1 - skip[a] for a in range(3)))
 
 
 def _grid(metas: list) -> _Grid:
@@ -222,12 +229,13 @@ class MeshStream:
         blocks = []
         for i, d in enumerate(domains):
             b = first + i
-            n = grid.nodes(b)
+            start, n = grid.nodes(b)
+            lo = [d.cells[0][a] + start[a] - grid.offsets[b][a] for a in range(3)]
             out = {}
             for name in metas[b][4]:
                 f = d.fields[name]
                 if f.association == "vertex":
-                    out[name] = _block(f.values, d.cells[0], n)
+                    out[name] = _block(f.values, lo, n)
                 else:
                     out[name] = _block(f.values, d.cells[0], grid.counts[b])
             blocks.append((b, out))
@@ -244,9 +252,10 @@ class MeshStream:
         out: list = [("step", np.array([step], np.int64)), ("time", np.array([time], np.float64)), ("blocks", table),
                      ("origin", grid.origin.astype(np.float64)), ("spacing", grid.spacing.astype(np.float64))]
         for b, data in blocks:
-            o = grid.offsets[b]
             for name, a in data.items():
-                shape = [cz + 1, cy + 1, cx + 1] if kinds[name][0] == "vertex" else [cz, cy, cx]
+                vertex = kinds[name][0] == "vertex"
+                o = grid.nodes(b)[0] if vertex else grid.offsets[b]
+                shape = [cz + 1, cy + 1, cx + 1] if vertex else [cz, cy, cx]
                 out.append((name, a, shape, [o[2], o[1], o[0]], list(a.shape)))
         assert self._writer is not None  # rank 0
         attrs = {}

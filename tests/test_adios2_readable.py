@@ -89,6 +89,13 @@ def test_mesh_stream_global_arrays_read_back_exactly_with_adios2(mpi, tmp_path, 
             for step_blocks in info:
                 assert len(step_blocks) == 4
                 assert sum(int(np.prod([int(c) for c in b["Count"].split(",")])) for b in step_blocks) == size
+        # Fides' shared points: a point block read one node lower where it does not start the
+        # grid spans exactly the cells of the cell block written with it
+        for tb, eb in zip(f.all_blocks_info("T")[0], f.all_blocks_info("E")[0]):
+            ts, tc = ([int(v) for v in tb[k].split(",")] for k in ("Start", "Count"))
+            es, ec = ([int(v) for v in eb[k].split(",")] for k in ("Start", "Count"))
+            grow = [int(v > 0) for v in ts]
+            assert [s - g for s, g in zip(ts, grow)] == es and [c + g for c, g in zip(tc, grow)] == [c + 1 for c in ec]
         check_vtk_xml(f.read_attribute_string("vtk.xml"), CELLS, ORIGIN, SPACING, ["T"], ["E"])
         assert f.read_attribute_string("Fides_Data_Model") == "uniform"
         np.testing.assert_array_equal(f.read_attribute("Fides_Origin"), ORIGIN)

@@ -127,9 +127,10 @@ def test_mpmd_in_transit_job_draws_the_in_situ_frames(mpi, tmp_path):
     for step in range(4):
         a = np.asarray(Image.open(tmp_path / "transit" / f"frame_{step:04d}.png")).astype(int)
         b = np.asarray(Image.open(tmp_path / "situ" / f"frame_{step:04d}.png")).astype(int)
-        # The mesh stream holds each node once (its owner's current value; ghosts are read back
-        # from the neighbours' real values), while in situ the lower block draws up to the seam
-        # with its ghost copy from before the last sweep: the frames differ along the seam only.
+        # The mesh stream holds each node once (a seam node: the lower block's copy, there a ghost
+        # from before the last sweep) and the analysis reads its ghosts back from the neighbours'
+        # real values, while in situ each block draws the seam with its own copies: the frames
+        # differ along the seam only.
         same = (np.abs(a - b) <= 1).all(axis=2).mean()
         assert same > (0.999 if step == 0 else 0.95), (step, same)
     assert a[..., :3].std() > 5  # the last frame shows the front, not only the background
