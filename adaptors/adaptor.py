@@ -41,7 +41,7 @@ from .config import SCHEMA, camera_problems, check_steering, is_number, load
 from .errors import AdaptorError, MeshError, NotInitializedError
 from .extracts import EXTRACTS, Extract
 from .context import Context, PeerFailedError
-from .pipelines import Dataset, run_pipeline
+from .pipelines import Dataset, added_fields, run_pipeline
 from .scenes import SceneRenderer
 from .queries import MeshData, Queries
 from .triggers import holds
@@ -301,11 +301,11 @@ class Adaptor:
             if error is not None:
                 raise error  # nothing runs on any rank: only this rank's call failed
             return  # nothing runs this step: the mesh is not even looked at
-        domains = []
+        domains: list = []
         with self.prof.stage("mesh"):
             if error is None:
                 try:
-                    domains = _mesh.parse(mesh, ghost_field=self.config["ghost_field"])
+                    domains = _mesh.parse(mesh, ghost_field=self.config["ghost_field"], cells=True)
                     self._check_fields(domains)
                 except (MeshError, ValueError, TypeError) as e:
                     error = e
@@ -375,8 +375,7 @@ class Adaptor:
                                         f"fields: {', '.join(sorted(avail))}")
                 if f["type"] == "eikonal":
                     avail.add(prm["output"])
-                if f["type"] == "threshold":
-                    avail.update((f"{prm['field']}__kept", f"{prm['field']}__thresholded"))
+                avail.update(added_fields(f["type"], prm))
         for sname, s in self.config["scenes"].items():
             for plname, p in s["plots"].items():
                 if p.get("field") and not p.get("pipeline") and p["field"] not in have:

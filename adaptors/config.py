@@ -125,6 +125,8 @@ class Param:
             if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
                 problems.append(f"{path}: expected a list of names, got {_what(value)}")
             return value
+        if k in ("point", "direction") and isinstance(value, Mapping) and value and set(value) <= {"x", "y", "z"}:
+            value = [value.get(a, 0.0) for a in "xyz"]  # Ascent writes points as {x, y, z}
         if k in ("numbers", "point", "direction", "points", "opacity"):
             want = {"numbers": "a list of finite numbers", "point": "three finite numbers [x, y, z]",
                     "direction": "three finite numbers [x, y, z], not all zero",
@@ -271,6 +273,52 @@ SCHEMA: dict[str, Any] = {
             "min_value": P("number", "keep values >= this", float("-inf")),
             "max_value": P("number", "keep values <= this", float("inf")),
         },
+        "slice": {
+            "point": P("point", "a point of the plane ({x, y, z} or [x, y, z])", [0.0, 0.0, 0.0]),
+            "normal": P("direction", "the plane's normal ({x, y, z} or [x, y, z])", [0.0, 0.0, 1.0]),
+        },
+        "3slice": {
+            "x_offset": P("number", "the x plane's place in the data bounds, -1 (low end) .. 1 (high end)", 0.0,
+                          lo=-1, hi=1),
+            "y_offset": P("number", "the y plane's place, -1 .. 1", 0.0, lo=-1, hi=1),
+            "z_offset": P("number", "the z plane's place, -1 .. 1", 0.0, lo=-1, hi=1),
+        },
+        "clip": {
+            "sphere": P("map", "{center: {x, y, z}, radius}: the outside is kept (inside with invert)"),
+            "box": P("map", "{min: {x, y, z}, max: {x, y, z}}: the outside is kept (inside with invert)"),
+            "plane": P("map", "{point: {x, y, z}, normal: {x, y, z}}: the side the normal points to is kept"),
+            "invert": P("bool", "keep the other side", False),
+            "topology": P("str", "the topology clipped (a domain's fields name the one drawn)"),
+        },
+        "clip_with_field": {
+            "field": P("name", "vertex field (element fields are recentred)", required=True),
+            "clip_value": P("number", "values above it are kept (below with invert)", required=True),
+            "invert": P("bool", "keep the values below", False),
+        },
+        "isovolume": {
+            "field": P("name", "vertex field (element fields are recentred)", required=True),
+            "min_value": P("number", "keep values >= this", required=True),
+            "max_value": P("number", "keep values <= this", required=True),
+        },
+        "vector_magnitude": {
+            "field": P("name", "vector field (an mcarray)", required=True),
+            "output_name": P("str", "name of the field it adds (default <field>_magnitude)"),
+        },
+        "vector_component": {
+            "field": P("name", "vector field (an mcarray)", required=True),
+            "component": P("int", "which component, from 0", required=True, lo=0),
+            "output_name": P("str", "name of the field it adds (default <field>_<component>)"),
+        },
+        "gradient": {
+            "field": P("name", "scalar field", required=True),
+            "output_name": P("str", "name of the vector field it adds (default <field>_gradient; its components "
+                             "<name>/x, /y, /z)"),
+        },
+        "recenter": {
+            "field": P("name", "field to move", required=True),
+            "association": P("enum:vertex|element", "where it goes", required=True),
+            "output_name": P("str", "name of the field it adds (default: replaces the field)"),
+        },
         "eikonal": {
             "speed": P("str", "speed field name, or a constant such as '1.0'", "1.0"),
             "seeds": P("points", "source points in world coordinates", required=True),
@@ -281,8 +329,11 @@ SCHEMA: dict[str, Any] = {
     },
     "plots": {
         "pseudocolor": {
-            "pipeline": P("name", "pipeline whose surface is drawn (a contour or a threshold)", required=True),
-            "field": P("name", "field coloured through the color table (default: the contoured field)"),
+            "pipeline": P("name", "pipeline whose output is drawn: a contour's or slice's surface, or the outer "
+                          "surface of the cells a threshold, clip or isovolume keeps (default: the simulation's "
+                          "mesh itself, its outer surface)"),
+            "field": P("name", "field coloured through the color table (default: the contoured field; required "
+                       "without a contour)"),
             "color_table": P("map", "colormap: {name}"),
             "min_value": P("number", "colour range low end (default: the field's global minimum)"),
             "max_value": P("number", "colour range high end (default: the field's global maximum)"),
@@ -582,6 +633,8 @@ def _scene(s, path: str, pipelines: Mapping, problems: list[str]) -> dict:
         if q.get("pipeline") is not None and q["pipeline"] not in pipelines:
             problems.append(f"{ppath}/pipeline: unknown pipeline {q['pipeline']!r}; known: "
                             f"{', '.join(sorted(pipelines)) or 'none'}")
+        if p["type"] == "pseudocolor" and q.get("pipeline") is None and not q.get("field"):
+            problems.append(f"{ppath}: a pseudocolor plot of the mesh itself (no pipeline) needs a field")
         plots[str(name)] = q
     renders = {}
     given = s.get("renders")

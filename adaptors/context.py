@@ -4,7 +4,7 @@ step's failures, every collective with a deadline (:class:`Context`)."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -12,7 +12,7 @@ from insitu import arrays
 from insitu.errors import PeerTimeoutError
 
 from .errors import AdaptorError, MeshError
-from .mesh import MeshDomain
+from .mesh import CellDomain, MeshDomain
 
 __all__ = ["Context", "PeerFailedError"]
 
@@ -163,7 +163,7 @@ class Context:
         if self.size > 1:
             self._collective(what, None, lambda vals: None, share=False)
 
-    def reduce_field(self, domains: list[MeshDomain], name: str, op: str) -> float:
+    def reduce_field(self, domains: Sequence[MeshDomain | CellDomain], name: str, op: str) -> float:
         """``min``/``max``/``sum``/``avg`` of a field over the real part of every domain
         of every rank (NaN ignored); collective."""
         vals, count = [], 0
@@ -203,7 +203,7 @@ class Context:
             raise _relayed(PeerFailedError(f"{what}: rank {bad[0][0]} failed ({bad[0][1]})"
                                            + (f" and {len(bad) - 1} more rank(s)" if len(bad) > 1 else "")))
 
-    def bounds(self, domains: list[MeshDomain]) -> tuple:
+    def bounds(self, domains: Sequence[MeshDomain | CellDomain]) -> tuple:
         """The world box of all real cells of the job: (x0, x1, y0, y1, z0, z1)."""
         lo = [min((d.box[2 * a] for d in domains), default=np.inf) for a in range(3)]
         hi = [max((d.box[2 * a + 1] for d in domains), default=-np.inf) for a in range(3)]

@@ -30,9 +30,9 @@ from insitu import arrays
 from insitu.profile import StageTimer
 from insitu.ranges import TileRanges
 
-__all__ = ["BlockSpec", "DomainImage", "DomainSpec", "Renderers", "SurfacePlot", "View", "VolumePlot",
-           "block_layout", "describe_domain", "draw_block", "draw_domain", "flatten", "front_to_back",
-           "merge_domains", "pack_block", "thread_renderers", "unpack_block"]
+__all__ = ["BlockSpec", "CellSurfacePlot", "CellVolumePlot", "DomainImage", "DomainSpec", "Renderers", "SurfacePlot",
+           "View", "VolumePlot", "block_layout", "describe_domain", "draw_block", "draw_domain", "flatten",
+           "front_to_back", "merge_domains", "pack_block", "thread_renderers", "unpack_block"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +50,49 @@ class SurfacePlot:
     hi: float
     colormap: str
     tile_ranges: tuple[int, tuple[int, int, int]] | None = None
+    #: "contour"; "slice" (the grid cut by `planes`, ((point, normal), ...)); "boundary" (the
+    #: faces of the box of the real cells: a pseudocolor plot of the grid itself)
+    kind: str = "contour"
+    planes: tuple | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CellSurfacePlot:
+    """A pseudocolor plot of a mesh of cells (:class:`render.cells.CellMesh`), whose points,
+    connectivity, offsets and types are at indices `mesh` of the field list: its outer
+    surface (``kind="surface"``, ghost cells at index `hidden` left out), the contour of
+    point field `field` at `levels` (``"contour"``), or its cuts by `planes` (``"slice"``),
+    coloured by `color` (point values; with `color_cells`, one value per cell, each
+    triangle its cell's)."""
+
+    mesh: tuple[int, int, int, int]
+    color: int
+    lo: float
+    hi: float
+    colormap: str
+    kind: str = "surface"
+    field: int | None = None
+    levels: tuple[float, ...] = ()
+    planes: tuple | None = None
+    hidden: int | None = None
+    color_cells: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class CellVolumePlot:
+    """A volume plot of a mesh of cells: field `field` (per point, or per cell with
+    `association` "element") resampled onto a uniform grid over the mesh's box (NaN, so
+    transparent, outside its cells; ghost cells at index `hidden` not sampled) and ray cast
+    like :class:`VolumePlot`."""
+
+    mesh: tuple[int, int, int, int]
+    field: int
+    association: str
+    lo: float
+    hi: float
+    colormap: str
+    opacity: tuple[tuple[float, float], ...] | None = None
+    hidden: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,12 +174,12 @@ class DomainImage:
         kind (a surface only where some pixel has a finite depth)."""
         kinds = {type(p) for p in spec.plots}
         surface = volume = None
-        if SurfacePlot in kinds:
+        if kinds & {SurfacePlot, CellSurfacePlot}:
             depth = packed[..., 4]
             xp = arrays.get_array_module(depth)
             if bool(xp.isfinite(depth).any()):
                 surface = (packed[..., :4], depth)
-        if VolumePlot in kinds:
+        if kinds & {VolumePlot, CellVolumePlot}:
             volume = packed[..., 5:]
         return cls(surface, volume)
 
@@ -224,42 +267,135 @@ def draw_domain(fields: Sequence[Any], spec: DomainSpec, view: View, *, renderer
     DomainImage
         Surfaces merged by depth (ties: the earlier plot), volumes by "over" in plot order.
     """
-    from render.contour import marching_cubes
     from render.volume import over, ray_cast
 
     prof = prof or _NO_TIMER
     w, h = view.width, view.height
     surface = volume = None
     for plot in spec.plots:
-        if isinstance(plot, SurfacePlot):
+        if isinstance(plot, (SurfacePlot, CellSurfacePlot)):
             with prof.stage("contour"):
-                verts, faces, normals, vals = marching_cubes(fields[plot.field], list(plot.levels),
-                                                             spacing=spec.spacing, origin=spec.origin,
-                                                             values=fields[plot.color], region=spec.cells,
-                                                             tile_ranges=_tile_ranges(fields, plot))
-            if len(faces) == 0:
-                continue
-            with prof.stage("render"):
-                rgba, depth = renderers.surface(w, h).render(verts, faces, normals, vals, camera=view.camera,
-                                                             bounds=view.bounds, vmin=plot.lo,
-                                                             vmax=max(plot.hi, plot.lo + 1e-12),
-                                                             colormap=plot.colormap)
-                rgba, depth = rgba.copy(), depth.copy()  # the renderer reuses its frame buffers
-            if surface is None:
-                surface = (rgba, depth)
-            else:
-                xp = arrays.get_array_module(rgba)
-                nearer = (depth < surface[1])[..., None]
-                surface = (xp.where(nearer, rgba, surface[0]), xp.minimum(depth, surface[1]))
+                meshes = (_grid_meshes if isinstance(plot, SurfacePlot) else _cell_meshes)(fields, spec, plot)
+            for verts, faces, normals, vals in meshes:
+                if len(faces) == 0:
+                    continue
+                with prof.stage("render"):
+                    rgba, depth = renderers.surface(w, h).render(verts, faces, normals, vals, camera=view.camera,
+                                                                 bounds=view.bounds, vmin=plot.lo,
+                                                                 vmax=max(plot.hi, plot.lo + 1e-12),
+                                                                 colormap=plot.colormap)
+                    rgba, depth = rgba.copy(), depth.copy()  # the renderer reuses its frame buffers
+                if surface is None:
+                    surface = (rgba, depth)
+                else:
+                    xp = arrays.get_array_module(rgba)
+                    nearer = (depth < surface[1])[..., None]
+                    surface = (xp.where(nearer, rgba, surface[0]), xp.minimum(depth, surface[1]))
         elif isinstance(plot, VolumePlot):
             with prof.stage("volume"):
                 img, _ = ray_cast(fields[plot.field][spec.nodes], view.camera, w, h,
                                   renderers.transfer_function(plot), spacing=spec.spacing,
                                   origin=spec.node_origin, extent=spec.box, bounds=view.bounds)
             volume = img if volume is None else over(volume, img)
+        elif isinstance(plot, CellVolumePlot):
+            with prof.stage("volume"):
+                img = _cell_volume(fields, plot, view, renderers.transfer_function(plot))
+            if img is not None:
+                volume = img if volume is None else over(volume, img)
         else:
-            raise TypeError(f"draw_domain: plots must be SurfacePlot or VolumePlot, got {type(plot).__name__}")
+            raise TypeError(f"draw_domain: plots must be SurfacePlot, VolumePlot, CellSurfacePlot or "
+                            f"CellVolumePlot, got {type(plot).__name__}")
     return DomainImage(surface, volume)
+
+
+def _grid_meshes(fields: Sequence[Any], spec: DomainSpec, plot: SurfacePlot) -> list[tuple]:
+    """The triangle meshes (verts, faces, normals, values) of a grid's surface plot."""
+    from render.contour import marching_cubes
+
+    color = fields[plot.color]
+    if plot.kind == "contour":
+        return [marching_cubes(fields[plot.field], list(plot.levels), spacing=spec.spacing, origin=spec.origin,
+                               values=color, region=spec.cells, tile_ranges=_tile_ranges(fields, plot))]
+    xp = arrays.get_array_module(color)
+    if plot.kind == "boundary":
+        from render.cells.surface import grid_boundary
+
+        (i0, j0, k0), (i1, j1, k1) = spec.cells
+        nodes, faces, normals = grid_boundary((i1 - i0 + 1, j1 - j0 + 1, k1 - k0 + 1), xp=xp)
+        verts = xp.empty(nodes.shape, xp.float32)
+        for a in range(3):  # scalars only: nothing is uploaded
+            verts[:, a] = nodes[:, a] * spec.spacing[a] + spec.node_origin[a]
+        vals = color[nodes[:, 0] + i0, nodes[:, 1] + j0, nodes[:, 2] + k0]
+        return [(verts, faces, normals, vals)]
+    out = []
+    for point, normal in plot.planes or ():
+        # the plane's signed distance at the nodes, as broadcast axes (no upload)
+        axes = [xp.arange(color.shape[a], dtype=xp.float32) * xp.float32(spec.spacing[a])
+                + xp.float32(spec.origin[a] - point[a]) for a in range(3)]
+        dist = (axes[0][:, None, None] * normal[0] + axes[1][None, :, None] * normal[1]
+                + axes[2][None, None, :] * normal[2])
+        out.append(marching_cubes(dist, [0.0], spacing=spec.spacing, origin=spec.origin, values=color,
+                                  region=spec.cells))
+    return out
+
+
+def _cell_mesh(fields: Sequence[Any], at: tuple[int, int, int, int]):
+    from render.cells import CellMesh
+
+    return CellMesh(*(fields[i] for i in at))
+
+
+def _cell_meshes(fields: Sequence[Any], spec: DomainSpec, plot: CellSurfacePlot) -> list[tuple]:
+    """The triangle meshes (verts, faces, normals, values) of a cell mesh's surface plot."""
+    from render.cells.contour import contour, slice_plane
+    from render.cells.surface import outer_surface, vertex_normals
+
+    mesh = _cell_mesh(fields, plot.mesh)
+    color = fields[plot.color]
+    xp = mesh.xp
+    if plot.kind == "surface":
+        surf = outer_surface(mesh, hidden=None if plot.hidden is None else fields[plot.hidden])
+        if plot.color_cells:  # each triangle its own three vertices, coloured by its cell
+            verts = mesh.points[surf.faces.reshape(-1)]
+            faces = xp.arange(verts.shape[0], dtype=xp.int32).reshape(-1, 3)
+            vals = xp.repeat(color[surf.cells], 3)
+        else:
+            verts, faces, vals = mesh.points, surf.faces, color
+        return [(verts, faces, vertex_normals(verts, faces), vals)]
+    if plot.kind == "contour":
+        parts = [contour(mesh, fields[plot.field], list(plot.levels), color=color)]
+    else:
+        parts = [slice_plane(mesh, pt, nrm, color=color) for pt, nrm in plot.planes or ()]
+    out = []
+    for c in parts:
+        if c.faces.ndim == 2 and c.faces.shape[1] == 2:
+            raise ValueError("a contour of a 2-D mesh is lines, which pseudocolor plots do not draw yet")
+        out.append((c.vertices, c.faces, vertex_normals(c.vertices, c.faces), c.values))
+    return out
+
+
+def _cell_volume(fields: Sequence[Any], plot: CellVolumePlot, view: View, tf):
+    """A cell mesh's field resampled onto a uniform grid over its box and ray cast (None for a
+    mesh without 3-D cells). The grid has about two samples per cell along each axis, at
+    most 256."""
+    from render.cells.resample import resample, sample_grid
+    from render.volume import ray_cast
+
+    mesh = _cell_mesh(fields, plot.mesh)
+    if mesh.n_cells == 0:
+        return None
+    xp = mesh.xp
+    both = xp.stack([mesh.points.min(axis=0), mesh.points.max(axis=0)], axis=1).ravel()
+    box = np.array(arrays.scalars_to_host(both), np.float64)
+    ext = np.maximum(box[1::2] - box[::2], 1e-12)
+    n = min(256, max(16, int(round(2 * mesh.n_cells ** (1 / 3)))))
+    dims = [max(2, int(round(n * e / ext.max()))) for e in ext]
+    vol = resample(mesh, fields[plot.field], dims, box, association=plot.association,
+                   hidden=None if plot.hidden is None else fields[plot.hidden])
+    origin, spacing = sample_grid(mesh, dims, box)
+    img, _ = ray_cast(vol, view.camera, view.width, view.height, tf, spacing=tuple(map(float, spacing)),
+                      origin=tuple(map(float, origin)), extent=tuple(map(float, box)), bounds=view.bounds)
+    return img
 
 
 def _tile_ranges(fields: Sequence[Any], plot: SurfacePlot) -> TileRanges | None:
@@ -412,56 +548,99 @@ def describe_domain(plots: Sequence[tuple], i: int, domain) -> tuple[list, Domai
         (the scene renderer's list); every dataset holds domain `i`.
     i : int
         The domain's index in each dataset.
-    domain : adaptors.mesh.MeshDomain
+    domain : adaptors.mesh.MeshDomain or CellDomain
         Domain `i` as the simulation gave it (its place in the world).
 
     Returns
     -------
     fields : list of arrays
-        The node fields the plots name, each once (by reference, ghosts included), and
-        the tile ranges' values of the contoured fields that carry them.
+        What the plots name, each once (by reference, ghosts included): node fields and
+        the tile ranges' values of the contoured fields that carry them; for meshes of
+        cells, their points, connectivity, offsets, types and ghost masks too.
     spec : DomainSpec
 
     Raises
     ------
     ValueError
-        A pseudocolor plot of a pipeline that makes no surface.
+        A plot without a field to colour by.
     """
     fields: list = []
     index: dict = {}
 
+    def put(key, make) -> int:
+        if key not in index:
+            index[key] = len(fields)
+            fields.append(make())
+        return index[key]
+
     def at(ds, name: str) -> int:
-        if (id(ds), name) not in index:
-            index[(id(ds), name)] = len(fields)
-            fields.append(ds.domains[i].vertex_array(name))
-        return index[(id(ds), name)]
+        return put((id(ds), name), lambda: ds.domains[i].vertex_array(name))
 
     def ranges_of(ds, name: str) -> tuple[int, tuple[int, int, int]] | None:
         # Only a vertex field's own ranges: vertex_array hands its very values to the plot.
         f = ds.domains[i].fields.get(name)
         if f is None or f.tile_ranges is None or f.association != "vertex":
             return None
-        if (id(ds), name, "ranges") not in index:
-            index[(id(ds), name, "ranges")] = len(fields)
-            fields.append(f.tile_ranges.values)
-        return index[(id(ds), name, "ranges")], f.tile_ranges.span
+        return put((id(ds), name, "ranges"), lambda: f.tile_ranges.values), f.tile_ranges.span
+
+    def mesh_of(ds) -> tuple[tuple[int, int, int, int], int | None]:
+        d = ds.domains[i]
+        m = d.mesh
+        at4 = tuple(put((id(ds), "\0mesh", k), lambda a=a: a)
+                    for k, a in enumerate((m.points, m.connectivity, m.offsets, m.types)))
+        hidden = None if d.ghosts is None else put((id(ds), "\0ghosts"), lambda: d.ghosts)
+        return at4, hidden  # type: ignore[return-value]
 
     specs: list = []
     for pname, p, ds, field, lo, hi, cmap in plots:
+        d = ds.domains[i]
+        s = ds.surface
+        if p["type"] == "pseudocolor" and not field:
+            raise ValueError(f"plot {pname}: needs a field to colour by (a slice or the mesh itself has none "
+                             "of its own)")
+        if hasattr(d, "mesh"):  # a mesh of cells
+            mesh, hidden = mesh_of(ds)
+            if p["type"] == "pseudocolor":
+                f = d.field(field)
+                if s is None:
+                    per_cell = f.association == "element"
+                    color = (put((id(ds), field, "cells"), lambda: f.values) if per_cell else at(ds, field))
+                    specs.append(CellSurfacePlot(mesh, color, float(lo), float(hi), cmap, "surface", hidden=hidden,
+                                                 color_cells=per_cell))
+                elif s.planes:
+                    specs.append(CellSurfacePlot(mesh, at(ds, field), float(lo), float(hi), cmap, "slice",
+                                                 planes=s.planes))
+                else:
+                    specs.append(CellSurfacePlot(mesh, at(ds, field), float(lo), float(hi), cmap, "contour",
+                                                 field=at(ds, s.field), levels=tuple(map(float, s.levels))))
+            else:
+                f = d.field(field)
+                opacity = p["color_table"].get("opacity")
+                specs.append(CellVolumePlot(mesh, put((id(ds), field, "stored"), lambda: f.values), f.association,
+                                            float(lo), float(hi), cmap,
+                                            None if opacity is None else tuple(tuple(map(float, x)) for x in opacity),
+                                            hidden))
+            continue
         if p["type"] == "pseudocolor":
-            if ds.surface is None:
-                raise ValueError(f"plot {pname}: pipeline {p['pipeline']!r} makes no surface "
-                                 "(end it with a contour or threshold filter)")
-            s = ds.surface
-            specs.append(SurfacePlot(at(ds, s.field), at(ds, field or s.color_default),
-                                     tuple(map(float, s.levels)), float(lo), float(hi), cmap,
-                                     ranges_of(ds, s.field)))
+            if s is None:
+                specs.append(SurfacePlot(-1, at(ds, field), (), float(lo), float(hi), cmap, kind="boundary"))
+            elif s.planes:
+                specs.append(SurfacePlot(-1, at(ds, field), (0.0,), float(lo), float(hi), cmap, kind="slice",
+                                         planes=s.planes))
+            else:
+                specs.append(SurfacePlot(at(ds, s.field), at(ds, field or s.color_default),
+                                         tuple(map(float, s.levels)), float(lo), float(hi), cmap,
+                                         ranges_of(ds, s.field)))
         else:
             opacity = p["color_table"].get("opacity")
             specs.append(VolumePlot(at(ds, ds.volume_names.get(field, field)), float(lo), float(hi), cmap,
                                     None if opacity is None else tuple(tuple(map(float, x)) for x in opacity)))
     d = domain
-    spec = DomainSpec(tuple(map(float, d.spacing)), tuple(map(float, d.origin)),
-                      tuple(tuple(map(int, c)) for c in d.cells), tuple(map(float, d.node_origin)),
-                      tuple(map(float, d.box)), tuple(specs))
+    if hasattr(d, "mesh"):  # a mesh of cells: its plots carry their geometry; the box orders volumes
+        spec = DomainSpec((1.0, 1.0, 1.0), (0.0, 0.0, 0.0), ((0, 0, 0), (0, 0, 0)), (0.0, 0.0, 0.0),
+                          tuple(map(float, d.box)), tuple(specs))
+    else:
+        spec = DomainSpec(tuple(map(float, d.spacing)), tuple(map(float, d.origin)),
+                          tuple(tuple(map(int, c)) for c in d.cells), tuple(map(float, d.node_origin)),
+                          tuple(map(float, d.box)), tuple(specs))
     return fields, spec

@@ -34,15 +34,23 @@ class Extract:
     time: float
     rank: int
     size: int
-    domains: list[MeshDomain]
+    domains: list  # MeshDomain and adaptors.mesh.CellDomain
     images: Mapping[str, Any]  # "scene/render" -> the composited render (at rank 0)
     streams: dict[str, Any]  # extract name -> its open stream, kept across steps
     steer_readers: list  # viewers' steering streams the adaptor polls (rank 0)
     ctx: Any = None  # the job's Context (adaptors.context), for extracts with collectives (relay)
 
 
+def _grids_only(x: Extract, kind: str) -> None:
+    for d in x.domains:
+        if not isinstance(d, MeshDomain):
+            raise ValueError(f"extract {x.name!r} ({kind}): writes uniform grids; domain {d.domain_id} is a mesh "
+                             "of cells (a relay extract writes any Blueprint mesh)")
+
+
 def hdf5(x: Extract) -> None:
     """The fields of this rank's domains to an HDF5 file per step (and rank)."""
+    _grids_only(x, "hdf5")
     write_hdf5(x.params["path"], x.domains, x.params.get("fields"), step=x.step, time=x.time, rank=x.rank,
                nranks=x.size)
 
@@ -52,6 +60,7 @@ def adios2_mesh(x: Extract) -> None:
     which writes)."""
     from .meshstream import MeshStream
 
+    _grids_only(x, "adios2_mesh")
     prm = x.params
     stream = x.streams.get(x.name)
     if stream is None:

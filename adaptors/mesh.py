@@ -220,6 +220,37 @@ class CellDomain:
     dim: int = 3
     topology: str = "mesh"
 
+    @property
+    def box(self) -> np.ndarray:
+        """World box of the points: (x0, x1, y0, y1, z0, z1) (six scalar reads on a device)."""
+        p = self.mesh.points
+        if p.shape[0] == 0:
+            return np.array([np.inf, -np.inf] * 3)
+        both = arrays.get_array_module(p).stack([p.min(axis=0), p.max(axis=0)], axis=1).ravel()
+        return np.array(arrays.scalars_to_host(both), np.float64)
+
+    def field(self, name: str) -> Field:
+        f = self.fields.get(name)
+        if f is None:
+            raise MeshError(f"domain {self.domain_id}: no field {name!r}; fields: {', '.join(sorted(self.fields))}")
+        return f
+
+    def vertex_array(self, name: str):
+        """Field `name` at every point (element fields recentred: each point the mean of its cells)."""
+        f = self.field(name)
+        if f.association == "vertex":
+            return f.values
+        from render.cells.fields import cell_to_point
+
+        return cell_to_point(self.mesh, f.values)
+
+    def real_values(self, name: str):
+        """Field `name` over the real part: every point, or the cells that are not ghosts."""
+        f = self.field(name)
+        if f.association == "vertex" or self.ghosts is None:
+            return f.values
+        return f.values[~self.ghosts]
+
 
 def _recentre(cells):
     xp = arrays.get_array_module(cells)

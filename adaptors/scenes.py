@@ -87,7 +87,10 @@ class SceneRenderer:
             plots = []
             for pname, p in scene["plots"].items():
                 ds = datasets[p["pipeline"]] if p.get("pipeline") else raw
-                field = p.get("field") or (ds.surface.color_default if ds.surface else None)
+                field = p.get("field") or (ds.surface.color_default if ds.surface else ds.color_default)
+                if not field:
+                    raise ValueError(f"scenes/{name}/plots/{pname}: needs a field to colour by (a slice, clip or "
+                                     "threshold has none of its own)")
                 with self.prof.stage("ranges"):
                     lo = p["min_value"] if p["min_value"] is not None else ctx.reduce_field(ds.domains, field, "min")
                     hi = p["max_value"] if p["max_value"] is not None else ctx.reduce_field(ds.domains, field, "max")

@@ -314,7 +314,8 @@ def test_config_problems_are_all_listed_with_paths(tmp_path):
                  "exceptions: expected one of catch, forward, got 'ignore'",
                  "pipelines/pl/c/params: unknown key 'fild'; known: field, iso_values, levels",
                  "pipelines/pl/c/params: missing required key 'field'",
-                 "pipelines/pl/d/type: unknown filter 'smooth'; known: contour, threshold, eikonal",
+                 "pipelines/pl/d/type: unknown filter 'smooth'; known: contour, threshold, slice, 3slice, clip, "
+                 "clip_with_field, isovolume, vector_magnitude, vector_component, gradient, recenter, eikonal",
                  "scenes/s/plots/p/pipeline: unknown pipeline 'nope'; known: pl",
                  "scenes/s/renders/r/image_width: must be 1..16384 pixels, got 0",
                  "triggers/t/condition: ",

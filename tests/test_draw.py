@@ -107,7 +107,7 @@ def test_front_to_back_orders_boxes_by_the_eye():
     assert order.index(3) < order.index(1)  # above box 1, on the eye's side
 
 
-def test_describe_domain_names_each_field_once_and_refuses_a_pseudocolor_without_surface():
+def test_describe_domain_names_each_field_once_and_draws_the_box_without_a_surface():
     m = adaptors.uniform({"r": R, "q": R * 2}, origin=(-1.0,) * 3, spacing=(H,) * 3)
     (d,) = parse(m)
     raw = Dataset([d])
@@ -117,13 +117,17 @@ def test_describe_domain_names_each_field_once_and_refuses_a_pseudocolor_without
     assert len(fields) == 1 and fields[0] is d.fields["q"].values
     assert s.plots == (VolumePlot(0, 0.0, 2.0, "jet", ((0.0, 1.0), (1.0, 0.0))), VolumePlot(0, 0.0, 1.0, "gray"))
     assert s.box == tuple(map(float, d.box)) and s.cells == ((0, 0, 0), (N - 1, N - 1, N - 1))
-    with pytest.raises(ValueError, match="plot p: pipeline 'pl' makes no surface"):
-        describe_domain([("p", {"type": "pseudocolor", "pipeline": "pl"}, raw, "r", 0.0, 1.0, "jet")], 0, d)
+    # a pseudocolor plot of a dataset without a surface draws the faces of the grid's box
+    fields, s = describe_domain([("p", {"type": "pseudocolor", "pipeline": None}, raw, "r", 0.0, 1.0, "jet")], 0, d)
+    assert s.plots == (SurfacePlot(-1, 0, (), 0.0, 1.0, "jet", kind="boundary"),) and fields[0] is d.fields["r"].values
+    with pytest.raises(ValueError, match="plot p: needs a field to colour by"):
+        describe_domain([("p", {"type": "pseudocolor", "pipeline": "pl"}, raw, None, 0.0, 1.0, "jet")], 0, d)
 
 
 def test_draw_domain_refuses_an_unknown_plot(renderers):
     f, s = spec(0, N - 1, plots=(("volume", 0),))
-    with pytest.raises(TypeError, match="plots must be SurfacePlot or VolumePlot, got tuple"):
+    with pytest.raises(TypeError, match="plots must be SurfacePlot, VolumePlot, CellSurfacePlot or CellVolumePlot, "
+                                        "got tuple"):
         draw_domain([f], s, VIEW, renderers=renderers)
 
 

@@ -35,7 +35,7 @@ from insitu.log import watch_jit
 from ._mesh import CELL_DIM, HEXAHEDRON, POLYGON, PYRAMID, QUAD, TETRA, WEDGE, CellMesh
 from .fields import _f64, _i64, cell_points
 
-__all__ = ["Surface", "outer_surface"]
+__all__ = ["Surface", "grid_boundary", "outer_surface", "vertex_normals"]
 
 # VTK's faces of each 3-D cell (vtkCell::GetFace), outward for cells of VTK's orientation
 TRI_FACES: dict[int, list[list[int]]] = {
@@ -454,3 +454,76 @@ def _inward(points, q, cx, cy, cz):
     nx, ny, nz = uy * vz - uz * vy, uz * vx - ux * vz, ux * vy - uy * vx
     fx, fy, fz = (ax + bx + gx + ex) / 4 - cx, (ay + by + gy + ey) / 4 - cy, (az + bz + gz + ez) / 4 - cz
     return nx * fx + ny * fy + nz * fz < 0
+
+
+def vertex_normals(verts, faces):
+    """Unit normals at the vertices of a triangle mesh: the area-weighted mean of the normals
+    of the triangles around each (counter-clockwise triangles give outward normals).
+
+    Parameters
+    ----------
+    verts : (n, 3) float array
+    faces : (m, 3) integer array
+
+    Returns
+    -------
+    (n, 3) float32 array on the inputs' backend; vertices on no triangle get (0, 0, 1).
+    """
+    xp = arrays.get_array_module(verts)
+    v = verts.astype(xp.float64, copy=False)
+    f = faces.astype(xp.int64, copy=False)
+    a, b, c = v[f[:, 0]], v[f[:, 1]], v[f[:, 2]]
+    fn = xp.cross(b - a, c - a)  # length: twice the area, so the sum is area-weighted
+    acc = xp.zeros_like(v)
+    for k in range(3):
+        for ax in range(3):
+            xp.add.at(acc[:, ax], f[:, k], fn[:, ax])
+    norm = xp.sqrt((acc * acc).sum(axis=1))
+    out = xp.where(norm[:, None] > 0, acc / xp.where(norm > 0, norm, 1.0)[:, None], xp.asarray([0.0, 0.0, 1.0]))
+    return out.astype(xp.float32)
+
+
+def grid_boundary(shape, *, xp=np):
+    """The six faces of the box of a grid's nodes, as triangles over the nodes.
+
+    Parameters
+    ----------
+    shape : (ni, nj, nk)
+        Nodes per axis (at least 2 each).
+    xp : module
+        NumPy or CuPy: where the arrays are made.
+
+    Returns
+    -------
+    nodes : (v, 3) int64
+        Grid index ``(i, j, k)`` of each vertex (each face has its own vertices, so that
+        flat normals stay flat at the box's edges).
+    faces : (m, 3) int32
+        Triangles over those vertices, counter-clockwise seen from outside the box.
+    normals : (v, 3) float32
+        The outward axis direction of each vertex's face.
+    """
+    ni, nj, nk = (int(n) for n in shape)
+    if min(ni, nj, nk) < 2:
+        raise ValueError(f"shape: a box needs at least 2 nodes per axis, got {tuple(shape)}")
+    nodes, faces, normals, start = [], [], [], 0
+    for ax in range(3):
+        u, w = [a for a in range(3) if a != ax]  # (u, w, ax) is right-handed for ax = 0, 2, reversed for ax = 1
+        nu, nw = (ni, nj, nk)[u], (ni, nj, nk)[w]
+        iu, iw = xp.meshgrid(xp.arange(nu), xp.arange(nw), indexing="ij")
+        ids = xp.arange(nu * nw).reshape(nu, nw)
+        q0, q1, q2, q3 = ids[:-1, :-1], ids[1:, :-1], ids[1:, 1:], ids[:-1, 1:]
+        tri = xp.stack([xp.stack([q0, q1, q2], -1).reshape(-1, 3), xp.stack([q0, q2, q3], -1).reshape(-1, 3)])
+        tri = tri.reshape(-1, 3)
+        right_handed = ax != 1
+        for side, at in ((1, (ni, nj, nk)[ax] - 1), (-1, 0)):
+            g = xp.empty((nu * nw, 3), xp.int64)
+            g[:, u], g[:, w], g[:, ax] = iu.ravel(), iw.ravel(), at
+            outward = (side > 0) == right_handed  # u x w along +ax iff right-handed
+            faces.append((tri if outward else tri[:, ::-1]) + start)
+            n = xp.zeros((nu * nw, 3), xp.float32)
+            n[:, ax] = side
+            nodes.append(g)
+            normals.append(n)
+            start += nu * nw
+    return xp.concatenate(nodes), xp.concatenate(faces).astype(xp.int32), xp.concatenate(normals)

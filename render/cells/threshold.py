@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import functools
 from typing import Any, Mapping
 
@@ -32,7 +34,7 @@ def threshold(mesh: CellMesh, values, lo: float, hi: float, *, association: str 
         Numeric, no NaN, on the mesh's backend; per point for ``association="vertex"``,
         per cell for ``"element"``.
     lo, hi : float
-        The range, bounds included.
+        The range, bounds included (-inf or inf: open at that end).
     association : {"vertex", "element"}
     all_points : bool
         Vertex values: keep a cell when all its points are in range (True, vtkThreshold's
@@ -61,7 +63,9 @@ def threshold(mesh: CellMesh, values, lo: float, hi: float, *, association: str 
         raise ValueError(f"association: expected 'vertex' or 'element', got {association!r}")
     n = mesh.n_points if association == "vertex" else mesh.n_cells
     v = check_values(values, n, "values", mesh, "n_points" if association == "vertex" else "n_cells")
-    lo, hi = check_number(lo, "lo"), check_number(hi, "hi")
+    # open ends (-inf / inf: no bound) are fine; NaN is not
+    lo, hi = (float(x) if isinstance(x, (int, float)) and math.isinf(x) else check_number(x, name)
+              for x, name in ((lo, "lo"), (hi, "hi")))
     if lo > hi:
         raise ValueError(f"lo, hi: expected lo <= hi, got {lo}, {hi}")
     pf = check_fields(point_fields, mesh.n_points, "point_fields", mesh)
