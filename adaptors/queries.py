@@ -35,13 +35,13 @@ __all__ = ["MeshData", "Queries", "validate"]
 
 
 class MeshData:
-    """Global reductions of one step's domains (:class:`adaptors.mesh.MeshDomain`) for
-    :func:`adaptors.expressions.evaluate`; every method is collective over `ctx`.
+    """Global reductions of one step's domains for :func:`adaptors.expressions.evaluate`;
+    every method is collective over `ctx`.
 
     Parameters
     ----------
-    domains : list of MeshDomain
-        This rank's domains (possibly none).
+    domains : list of MeshDomain or CellDomain
+        This rank's domains (possibly none): grids, or points and cells.
     ctx : adaptors.context.Context
         The job's ranks.
     """
@@ -79,13 +79,8 @@ class MeshData:
             if best is not None and not (value > best[0] if op == "max" else value < best[0]):
                 continue
             f = d.fields[name]
-            lo = np.asarray(d.cells[0])
-            full = lo + np.asarray(ijk)  # index in the domain's whole array
-            centre = 0.0 if f.association == "vertex" else 0.5
-            pos = d.origin + (full + centre) * d.spacing
-            shape = f.values.shape
-            index = int(full[0] + shape[0] * (full[1] + shape[1] * full[2]))
-            best = (value, [float(p) for p in pos], int(d.domain_id), index, f.association)
+            pos, index = (_place_cells if hasattr(d, "mesh") else _place_grid)(d, f, ijk)
+            best = (value, pos, int(d.domain_id), index, f.association)
         everyone = self.ctx.allgather(best, what=f"{op} of field {name!r}")
         rank, pick = -1, None
         for r, b in enumerate(everyone):
@@ -145,7 +140,7 @@ class MeshData:
                 continue
             xp = arrays.get_array_module(v)
             if xp is np:
-                _histogram_cpu(v.reshape(v.shape[0], v.shape[1], -1), lo, hi, scale, counts)
+                _histogram_cpu(v if v.ndim == 3 else v.reshape(1, 1, -1), lo, hi, scale, counts)
                 continue
             v = v.astype(xp.float64)
             v = v[~xp.isnan(v)]  # a copy of the real values: these reductions are small next to rendering
@@ -161,6 +156,31 @@ class MeshData:
         """The world box of every rank's real cells."""
         b = self.ctx.bounds(self.domains)
         return AABB(Vector(b[0], b[2], b[4]), Vector(b[1], b[3], b[5]))
+
+
+def _place_grid(d, f, ijk: tuple) -> tuple[list[float], int]:
+    """World position and flat index (i fastest) in a MeshDomain's field of real value `ijk`:
+    the node, or the cell's centre."""
+    full = np.asarray(d.cells[0]) + np.asarray(ijk)  # index in the domain's whole array
+    pos = d.origin + (full + (0.0 if f.association == "vertex" else 0.5)) * d.spacing
+    shape = f.values.shape
+    return [float(p) for p in pos], int(full[0] + shape[0] * (full[1] + shape[1] * full[2]))
+
+
+def _place_cells(d, f, ijk: tuple) -> tuple[list[float], int]:
+    """World position and point or cell id of real value `ijk` of a CellDomain's field: the
+    point, or the mean of the cell's points (a few scalar reads on a device)."""
+    k = int(ijk[0])
+    m = d.mesh
+    xp = arrays.get_array_module(m.points)
+    if f.association == "element" and d.ghosts is not None:
+        k = int(arrays.scalar_to_host(xp.flatnonzero(~d.ghosts)[k]))  # the k-th real cell
+    if f.association == "vertex":
+        p = m.points[k]
+    else:
+        a, b = arrays.scalars_to_host(m.offsets[k:k + 2])
+        p = m.points[m.connectivity[a:b]].astype(xp.float64).mean(axis=0)
+    return [float(v) for v in arrays.scalars_to_host(p)], k
 
 
 @numba.njit(cache=True)

@@ -217,3 +217,32 @@ def test_plain_values_for_results():
     assert plain(Histogram(np.array([1.0, 2.0]), 0.0, 1.0, 2))["value"] == [1.0, 2.0]
     assert plain(FieldRef("T")) == {"type": "field", "value": "T"}
     assert plain(np.float64(2.5)) == 2.5 and plain(3) == 3
+
+
+def test_meshes_of_cells_points_and_cell_centres():
+    from adaptors.mesh import unstructured
+
+    pts = rng.uniform(-1, 1, size=(40, 3))
+    conn = rng.integers(0, 40, size=(30, 4))  # tetrahedra (their shape does not matter to reductions)
+    pv, cv = rng.normal(size=40), rng.normal(size=30)
+    ghosts = np.zeros(30, np.int32)
+    ghosts[np.argmax(cv)] = 1  # the largest cell value is a ghost's: left out
+    doms = parse_mesh(unstructured(pts, conn.ravel(), "tet", {"pv": pv, "cv": cv}, element=("cv",), ghosts=ghosts),
+                      cells=True)
+    e = env(doms)
+    got = evaluate("max(field('pv'))", e)
+    assert got.value == pv.max() and got.index == np.argmax(pv)
+    np.testing.assert_allclose(got.position.plain(), pts[np.argmax(pv)], rtol=1e-12)
+    real = np.flatnonzero(ghosts == 0)
+    c = real[np.argmax(cv[real])]
+    got = evaluate("max(field('cv'))", e)
+    assert got.value == cv[c] and got.index == c
+    np.testing.assert_allclose(got.position.plain(), pts[conn[c]].mean(axis=0), rtol=1e-12)
+    got = evaluate("min(field('cv'))", e)
+    assert got.value == cv.min()
+    np.testing.assert_allclose(got.position.plain(), pts[conn[np.argmin(cv)]].mean(axis=0), rtol=1e-12)
+    h = evaluate("histogram(field('cv'), num_bins=8)", e)
+    lo, hi = cv[real].min(), cv[real].max()
+    np.testing.assert_array_equal(h.value, np.histogram(cv[real], 8, (lo, hi))[0])
+    assert evaluate("avg(field('pv'))", e) == pytest.approx(pv.mean(), rel=1e-12)
+    np.testing.assert_allclose(evaluate("bounds()", e).max.plain(), pts.max(axis=0), rtol=1e-12)

@@ -52,3 +52,34 @@ def test_reductions_on_the_device_equal_the_cpus(text):
                 assert gpu[k] == cpu[k], k
     else:
         assert gpu == pytest.approx(cpu, rel=1e-9, abs=1e-9)  # sums: another order of additions
+
+
+PTS = rng.uniform(-1, 1, size=(60, 3))
+CONN = rng.integers(0, 60, size=(45, 4)).ravel()
+PV, CV = rng.normal(size=60), rng.normal(size=45)
+GH = (np.arange(45) % 7 == 0).astype(np.int32)
+
+
+def cell_data(xp):
+    from adaptors.mesh import unstructured
+
+    m = unstructured(PTS, CONN, "tet", {"pv": xp.asarray(PV), "cv": xp.asarray(CV)}, element=("cv",), ghosts=GH)
+    return MeshData(parse(m, cells=True), Context(None))
+
+
+@pytest.mark.parametrize("text", ["max(field('pv'))", "min(field('cv'))", "max(field('cv'))",
+                                  "histogram(field('cv'), num_bins=8)", "avg(field('pv'))", "bounds()"])
+def test_reductions_of_cell_meshes_on_the_device_equal_the_cpus(text):
+    cpu = plain(evaluate(text, Env(0, 0.0, cell_data(np))))
+    gpu_data = cell_data(cupy)
+    with arrays.count_transfers() as c:
+        gpu = plain(evaluate(text, Env(0, 0.0, gpu_data)))
+    assert c.h2d_calls == 0
+    if isinstance(cpu, dict):
+        for k in cpu:
+            if isinstance(cpu[k], (list, float)):
+                np.testing.assert_allclose(gpu[k], cpu[k], rtol=1e-12)
+            else:
+                assert gpu[k] == cpu[k], k
+    else:
+        assert gpu == pytest.approx(cpu, rel=1e-9, abs=1e-9)
