@@ -370,7 +370,7 @@ class Adaptor:
                 if f["type"] == "eikonal" and not is_number(prm["speed"]):
                     names = [prm["speed"]]
                 for n in names:
-                    if n is not None and n not in avail:
+                    if n is not None and n not in avail and f"{n}/magnitude" not in avail:  # an mcarray by name
                         raise MeshError(f"pipelines/{pname}/{fname}: no field {n!r} in the mesh; "
                                         f"fields: {', '.join(sorted(avail))}")
                 if f["type"] == "eikonal":

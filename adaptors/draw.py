@@ -348,20 +348,20 @@ def _cell_mesh(fields: Sequence[Any], at: tuple[int, int, int, int]):
 def _cell_meshes(fields: Sequence[Any], spec: DomainSpec, plot: CellSurfacePlot) -> list[tuple]:
     """The triangle meshes (verts, faces, normals, values) of a cell mesh's surface plot."""
     from render.cells.contour import contour, slice_plane
-    from render.cells.surface import outer_surface, vertex_normals
+    from render.cells.surface import face_normals, outer_surface, vertex_normals
 
     mesh = _cell_mesh(fields, plot.mesh)
     color = fields[plot.color]
     xp = mesh.xp
     if plot.kind == "surface":
+        # Each triangle its own three vertices: flat normals (a mesh's outer surface has sharp
+        # edges that averaged normals would round off), and one colour per cell if asked.
         surf = outer_surface(mesh, hidden=None if plot.hidden is None else fields[plot.hidden])
-        if plot.color_cells:  # each triangle its own three vertices, coloured by its cell
-            verts = mesh.points[surf.faces.reshape(-1)]
-            faces = xp.arange(verts.shape[0], dtype=xp.int32).reshape(-1, 3)
-            vals = xp.repeat(color[surf.cells], 3)
-        else:
-            verts, faces, vals = mesh.points, surf.faces, color
-        return [(verts, faces, vertex_normals(verts, faces), vals)]
+        ids = surf.faces.reshape(-1)
+        verts = mesh.points[ids]
+        faces = xp.arange(verts.shape[0], dtype=xp.int32).reshape(-1, 3)
+        vals = xp.repeat(color[surf.cells], 3) if plot.color_cells else color[ids]
+        return [(verts, faces, face_normals(verts), vals)]
     if plot.kind == "contour":
         parts = [contour(mesh, fields[plot.field], list(plot.levels), color=color)]
     else:

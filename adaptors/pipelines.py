@@ -136,11 +136,12 @@ def _xyz(v, path: str) -> list[float]:
     return out
 
 
-def _field_filter(make: Callable[[Domain, Mapping], tuple[str, Field]]):
+def _field_filter(make: Callable[[Domain, Mapping], tuple[str, Field]], *, vector: bool = False):
     """A filter adding the field `make` computes on each domain (a vector's components too,
-    as ``<name>/x|y|z``, the way the adaptor names an mcarray's)."""
+    as ``<name>/x|y|z``, the way the adaptor names an mcarray's). `vector`: its input is a
+    vector, named as the simulation named its mcarray."""
     def run(ds: Dataset, params: Mapping, ctx: Context, steer: Mapping) -> Dataset:
-        _require(ds, params["field"])
+        _require(ds, params["field"], vector=vector)
         out = []
         for d in ds.domains:
             name, f = make(d, params)
@@ -152,9 +153,15 @@ def _field_filter(make: Callable[[Domain, Mapping], tuple[str, Field]]):
     return run
 
 
+def _vector_of(d: Domain, name: str) -> Field:
+    """Vector field `name`: an mcarray the adaptor read as ``<name>/magnitude`` and its components."""
+    f = d.fields.get(name)
+    return f if f is not None and getattr(f, "components", None) else d.fields.get(f"{name}/magnitude", f)
+
+
 def _components(d: Domain, name: str) -> list:
     """The components of vector field `name` (an mcarray read as <name>/<c>), in order."""
-    f = d.fields[name]
+    f = _vector_of(d, name)
     comps = getattr(f, "components", None)
     if comps:
         return list(comps.values())
@@ -162,15 +169,16 @@ def _components(d: Domain, name: str) -> list:
 
 
 def _magnitude(d: Domain, p: Mapping) -> tuple[str, Field]:
-    from render.cells.fields import magnitude
-
-    f = d.fields[p["field"]]
-    mag = magnitude(tuple(_components(d, p["field"])))
+    f = _vector_of(d, p["field"])
+    comps = _components(d, p["field"])
+    xp = arrays.get_array_module(comps[0])
+    # any shape (a grid's 3-D arrays, a cell mesh's 1-D ones)
+    mag = xp.sqrt(sum(c.astype(xp.float64) ** 2 for c in comps))
     return added_fields("vector_magnitude", p)[0], Field(f.association, mag)
 
 
 def _component(d: Domain, p: Mapping) -> tuple[str, Field]:
-    f = d.fields[p["field"]]
+    f = _vector_of(d, p["field"])
     comps = _components(d, p["field"])
     i = int(p["component"])
     if not 0 <= i < len(comps):
@@ -232,7 +240,8 @@ def eikonal(ds: Dataset, params: Mapping, ctx: Context, steer: Mapping) -> Datas
 FILTERS: dict[str, Callable[..., Dataset]] = {
     "contour": contour, "threshold": threshold, "eikonal": eikonal, "slice": slice_, "3slice": three_slice,
     "clip": clip, "clip_with_field": clip_with_field, "isovolume": isovolume,
-    "vector_magnitude": _field_filter(_magnitude), "vector_component": _field_filter(_component),
+    "vector_magnitude": _field_filter(_magnitude, vector=True),
+    "vector_component": _field_filter(_component, vector=True),
     "gradient": _field_filter(_gradient), "recenter": _field_filter(_recenter)}
 
 
@@ -252,9 +261,9 @@ def added_fields(ftype: str, params: Mapping) -> list[str]:
     return []
 
 
-def _require(ds: Dataset, field: str) -> None:
+def _require(ds: Dataset, field: str, *, vector: bool = False) -> None:
     for d in ds.domains:
-        if field not in d.fields:
+        if field not in d.fields and not (vector and f"{field}/magnitude" in d.fields):
             raise MeshError(f"domain {d.domain_id}: no field {field!r}; fields: {', '.join(sorted(d.fields))}")
 
 

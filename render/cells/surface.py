@@ -35,7 +35,7 @@ from insitu.log import watch_jit
 from ._mesh import CELL_DIM, HEXAHEDRON, POLYGON, PYRAMID, QUAD, TETRA, WEDGE, CellMesh
 from .fields import _f64, _i64, cell_points
 
-__all__ = ["Surface", "grid_boundary", "outer_surface", "vertex_normals"]
+__all__ = ["Surface", "face_normals", "grid_boundary", "outer_surface", "vertex_normals"]
 
 # VTK's faces of each 3-D cell (vtkCell::GetFace), outward for cells of VTK's orientation
 TRI_FACES: dict[int, list[list[int]]] = {
@@ -478,9 +478,24 @@ def vertex_normals(verts, faces):
     for k in range(3):
         for ax in range(3):
             xp.add.at(acc[:, ax], f[:, k], fn[:, ax])
-    norm = xp.sqrt((acc * acc).sum(axis=1))
-    out = xp.where(norm[:, None] > 0, acc / xp.where(norm > 0, norm, 1.0)[:, None], xp.asarray([0.0, 0.0, 1.0]))
-    return out.astype(xp.float32)
+    return _unit(xp, acc).astype(xp.float32)
+
+
+def _unit(xp, n):
+    """Rows of `n` scaled to unit length; zero rows become (0, 0, 1) (scalars only: no upload)."""
+    norm = xp.sqrt((n * n).sum(axis=1))
+    out = n / xp.where(norm > 0, norm, 1.0)[:, None]
+    out[:, 2] = xp.where(norm > 0, out[:, 2], 1.0)
+    return out
+
+
+def face_normals(corners):
+    """Flat normals of triangles given as their corners, three rows each ((3m, 3), as
+    ``points[faces.ravel()]``): each triangle's unit normal on its three rows (float32)."""
+    xp = arrays.get_array_module(corners)
+    t = corners.astype(xp.float64, copy=False).reshape(-1, 3, 3)
+    n = _unit(xp, xp.cross(t[:, 1] - t[:, 0], t[:, 2] - t[:, 0]))
+    return xp.repeat(n, 3, axis=0).astype(xp.float32)
 
 
 def grid_boundary(shape, *, xp=np):
