@@ -20,7 +20,9 @@ order).
 
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 from typing import Any, Callable, Mapping
 
 import numba
@@ -92,8 +94,26 @@ class MeshData:
 
     @staticmethod
     def _arg(xp, v, op: str) -> tuple:
-        k = int(arrays.scalar_to_host(xp.argmax(v) if op == "max" else xp.argmin(v)))
-        return np.unravel_index(k, v.shape)
+        """Index of the first largest (smallest) value of `v`: NumPy's argmax; on the device,
+        in two stages over a 3-D view (CuPy reduces a strided view to one value in a single
+        thread block): each row's extreme, the first row holding the largest, its place in
+        that row. A NaN stands where NumPy's would stop (the caller looks again without NaN)."""
+        arg = xp.argmax if op == "max" else xp.argmin
+        if xp is np or v.ndim != 3:
+            return np.unravel_index(int(arrays.scalar_to_host(arg(v))), v.shape)
+        fill = -xp.inf if op == "max" else xp.inf
+        if v.dtype.kind == "f":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: NaN, filled below
+                m = (xp.nanmax if op == "max" else xp.nanmin)(v, axis=-1)
+            m = xp.where(xp.isnan(m), fill, m)
+        else:
+            m = (xp.max if op == "max" else xp.min)(v, axis=-1)
+        i, j = divmod(int(arrays.scalar_to_host(arg(m))), v.shape[1])
+        row = v[i, j]
+        if v.dtype.kind == "f":
+            row = xp.where(xp.isnan(row), fill, row)
+        return i, j, int(arrays.scalar_to_host(arg(row)))
 
     def count(self, name: str, what: str) -> float:
         """How many values of field `name` are NaN (`what` ``nan``) or infinite (``inf``)."""
@@ -119,7 +139,9 @@ class MeshData:
                     continue
                 xp = arrays.get_array_module(v)
                 f = (xp.nanmin, xp.nanmax) if v.dtype.kind == "f" else (xp.min, xp.max)
-                a, b = (float(arrays.scalar_to_host(g(v))) for g in f)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # all NaN: NaN, skipped below
+                    a, b = (float(arrays.scalar_to_host(g(g(v, axis=-1)) if v.ndim > 1 else g(v))) for g in f)
                 if not math.isnan(a):
                     lo, hi = min(lo, a), max(hi, b)
             m = self.ctx.allreduce([lo, -hi], "min", what=f"range of field {name!r} (histogram)")
@@ -142,10 +164,7 @@ class MeshData:
             if xp is np:
                 _histogram_cpu(v if v.ndim == 3 else v.reshape(1, 1, -1), lo, hi, scale, counts)
                 continue
-            v = v.astype(xp.float64)
-            v = v[~xp.isnan(v)]  # a copy of the real values: these reductions are small next to rendering
-            b = ((xp.clip(v, lo, hi) - lo) * scale).astype(xp.int64)
-            c = xp.bincount(xp.minimum(b, num_bins - 1), minlength=num_bins)
+            c = _histogram_gpu(xp, v, lo, hi, scale, num_bins)
             acc = c if acc is None else acc + c
         if acc is not None:
             counts += arrays.to_host(acc)  # num_bins numbers
@@ -174,7 +193,8 @@ def _place_cells(d, f, ijk: tuple) -> tuple[list[float], int]:
     m = d.mesh
     xp = arrays.get_array_module(m.points)
     if f.association == "element" and d.ghosts is not None:
-        k = int(arrays.scalar_to_host(xp.flatnonzero(~d.ghosts)[k]))  # the k-th real cell
+        xg = arrays.get_array_module(d.ghosts)  # the ghosts may stay on the host beside device fields
+        k = int(arrays.scalar_to_host(xg.flatnonzero(~d.ghosts)[k]))  # the k-th real cell
     if f.association == "vertex":
         p = m.points[k]
     else:
@@ -196,6 +216,55 @@ def _histogram_cpu(v, lo, hi, scale, counts):  # pragma: no cover (compiled)
                     continue
                 x = min(max(x, lo), hi)
                 counts[min(int((x - lo) * scale), top)] += 1.0
+
+
+_HISTOGRAM_SRC = r"""
+extern "C" __global__ void insitu_histogram_f64(const double* v, long long n, double lo, double hi, double scale,
+                                                int nbins, unsigned long long* out)
+{
+    // One block's counts in shared memory, added to the global ones at the end: the atomics
+    // of a few hundred bins would otherwise all meet in global memory.
+    extern __shared__ unsigned int bins[];
+    for (int b = threadIdx.x; b < nbins; b += blockDim.x) bins[b] = 0;
+    __syncthreads();
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += stride) {
+        double x = v[i];
+        if (x != x) continue;  // NaN: left out
+        x = fmin(fmax(x, lo), hi);
+        int b = (int)((x - lo) * scale);
+        atomicAdd(&bins[b < nbins ? b : nbins - 1], 1u);
+    }
+    __syncthreads();
+    for (int b = threadIdx.x; b < nbins; b += blockDim.x)
+        if (bins[b]) atomicAdd(&out[b], (unsigned long long)bins[b]);
+}
+"""
+#: Most bins counted in shared memory (4 bytes each); more: CuPy's bincount.
+_SHARED_BINS = 8192
+
+
+@functools.lru_cache(maxsize=None)
+def _histogram_kernel():
+    import cupy
+
+    return cupy.RawKernel(_HISTOGRAM_SRC, "insitu_histogram_f64")
+
+
+def _histogram_gpu(xp, v, lo: float, hi: float, scale: float, num_bins: int):
+    """Counts (num_bins,) of device values `v` (any shape and strides), as :func:`_histogram_cpu`."""
+    flat = xp.ascontiguousarray(v, dtype=xp.float64).ravel()  # one pass: the strided view and the dtype
+    if num_bins > _SHARED_BINS:
+        flat = flat[~xp.isnan(flat)]
+        b = ((xp.clip(flat, lo, hi) - lo) * scale).astype(xp.int64)
+        return xp.bincount(xp.minimum(b, num_bins - 1), minlength=num_bins)
+    out = xp.zeros(num_bins, xp.uint64)
+    n = flat.size
+    sms = xp.cuda.Device().attributes["MultiProcessorCount"]
+    blocks = max(1, min((n + 255) // 256, 8 * sms))
+    _histogram_kernel()((blocks,), (256,), (flat, np.int64(n), np.float64(lo), np.float64(hi), np.float64(scale),
+                                            np.int32(num_bins), out), shared_mem=4 * num_bins)
+    return out
 
 
 def validate(section: Any, problems: list[str]) -> dict:

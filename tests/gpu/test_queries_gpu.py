@@ -19,15 +19,19 @@ P = rng.normal(size=DIMS)
 E = rng.uniform(0, 10, size=tuple(n - 1 for n in DIMS)).astype(np.float32)
 E[3, 4, 5] = np.nan
 E[6, 2, 1] = np.inf
+Q = P.copy()  # a NaN in the row of the largest real value: the device's row-wise search must not stop at it
+_i, _j, _k = (int(a) + 1 for a in np.unravel_index(np.argmax(P[1:-1, 1:-1, 1:-1]), tuple(n - 2 for n in DIMS)))
+Q[_i, _j, 1 if _k != 1 else 2] = np.nan
 
 
 def data(xp):
-    m = uniform({"p": xp.asarray(P), "e": xp.asarray(E)}, origin=(0.5, -1.0, 2.0), spacing=(0.1, 0.2, 0.3),
-                ghost=1, element=("e",))
+    m = uniform({"p": xp.asarray(P), "e": xp.asarray(E), "q": xp.asarray(Q)}, origin=(0.5, -1.0, 2.0),
+                spacing=(0.1, 0.2, 0.3), ghost=1, element=("e",))
     return MeshData(parse(m), Context(None))
 
 
-EXPRESSIONS = ["max(field('p'))", "min(field('p'))", "max(field('e'))", "min(field('e'))", "sum(field('p'))",
+EXPRESSIONS = ["max(field('p'))", "min(field('p'))", "max(field('q'))", "min(field('q'))", "max(field('e'))",
+               "min(field('e'))", "sum(field('p'))",
                "avg(field('e'))", "field_nan_count(field('e'))", "field_inf_count(field('e'))",
                "histogram(field('p'), num_bins=64)", "histogram(field('e'), num_bins=16, min_val=0, max_val=10)",
                "entropy(histogram(field('p'), num_bins=32))", "bounds()"]
