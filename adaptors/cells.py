@@ -91,24 +91,24 @@ def clip(d: MeshDomain | CellDomain, how: str, params: Mapping[str, Any]) -> Cel
     ``invert`` keeps the other side. Ascent's (VTK-m's) sense: what is kept is where the
     implicit function is positive -- the side a plane's normal points to, the outside of a
     sphere or a box, field values above the clip value."""
-    from render.cells import clip as cl
+    from render.cells import clip_box, clip_field, clip_plane, clip_sphere, isovolume
 
     c = as_cells(d)
     pf, cf = carried(c)
     kw = {"point_fields": pf, "cell_fields": cf}
     inv = bool(params.get("invert", False))
     if how == "plane":
-        res = cl.clip_plane(c.mesh, params["point"], params["normal"], keep="below" if inv else "above", **kw)
+        res = clip_plane(c.mesh, params["point"], params["normal"], keep="below" if inv else "above", **kw)
     elif how == "sphere":
-        res = cl.clip_sphere(c.mesh, params["center"], params["radius"], inside=inv, **kw)
+        res = clip_sphere(c.mesh, params["center"], params["radius"], inside=inv, **kw)
     elif how == "box":
-        res = cl.clip_box(c.mesh, params["min"], params["max"], inside=inv, **kw)
+        res = clip_box(c.mesh, params["min"], params["max"], inside=inv, **kw)
     elif how == "field":
         v = c.vertex_array(params["field"])
-        res = cl.clip_field(c.mesh, v, params["clip_value"], keep="below" if inv else "above", **kw)
+        res = clip_field(c.mesh, v, params["clip_value"], keep="below" if inv else "above", **kw)
     elif how == "isovolume":
         v = c.vertex_array(params["field"])
-        res = cl.isovolume(c.mesh, v, params["min_value"], params["max_value"], **kw)
+        res = isovolume(c.mesh, v, params["min_value"], params["max_value"], **kw)
     else:
         raise MeshError(f"clip: unknown kind {how!r}")
     return _domain(c, res)
