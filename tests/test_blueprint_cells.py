@@ -592,3 +592,47 @@ def test_connectivity_out_of_range_is_an_error_naming_the_topology():
             parse(unstructured(p, conn, "hex"), cells=True)
         with pytest.raises(MeshError, match=r"^topologies/mesh/elements/connectivity: indices must lie in \[0, 8\)"):
             parse(unstructured(p, conn, "hex"))  # checked before it is refused
+
+
+# --------------------------------------------------------------------------- Conduit's meshes drawn by execute
+
+
+def _frame(tmp_path, node, plots, pipelines=None):
+    import adaptors
+    from render.image import read_png
+
+    cfg = {"pipelines": pipelines or {},
+           "scenes": {"s": {"plots": plots, "renders": {"r": {"image_width": 64, "image_height": 48,
+                                                                "bg_color": [0, 0, 0, 0],
+                                                                "image_prefix": str(tmp_path / "f_%04d")}}}}}
+    with adaptors.Adaptor(cfg) as a:
+        assert a.execute(0, 0.0, node), a.results()["errors"]
+    return read_png(tmp_path / "f_0000.png")
+
+
+@pytest.mark.parametrize("kind", THREE_D)
+def test_braid_3d_cells_are_drawn_by_execute(conduit, tmp_path, kind):
+    node = braid(conduit, kind, NZ)
+    mesh = _frame(tmp_path, node, {"p": {"type": "pseudocolor", "field": "braid"}})
+    assert (mesh[..., 3] > 127).mean() > 0.05  # the mesh's outer surface fills part of the image
+    iso = _frame(tmp_path, node, {"p": {"type": "pseudocolor", "pipeline": "c", "field": "braid"},
+                                  "v": {"type": "volume", "field": "vel/magnitude"}},
+                 {"c": {"f": {"type": "contour", "params": {"field": "braid", "levels": 2}}}})
+    assert iso[..., 3].mean() > 1  # a contour of the braid field and a volume of its velocity's magnitude
+
+
+@pytest.mark.parametrize("kind", TWO_D + GRIDS_2D)
+def test_braid_2d_meshes_are_drawn_by_execute(conduit, tmp_path, kind):
+    node = braid(conduit, kind, 0)
+    img = _frame(tmp_path, node, {"p": {"type": "pseudocolor", "field": "braid"}})
+    assert (img[..., 3] > 127).mean() > 0.05
+
+
+def test_spiral_and_julia_are_drawn_by_execute(conduit, tmp_path):
+    node = conduit.Node()
+    conduit.blueprint.mesh.examples.spiral(5, node)
+    assert (_frame(tmp_path, node, {"p": {"type": "pseudocolor", "field": "dist"}})[..., 3] > 127).mean() > 0.05
+    node = conduit.Node()
+    conduit.blueprint.mesh.examples.julia(40, 30, -2.0, 2.0, -1.5, 1.5, 0.285, 0.01, node)
+    img = _frame(tmp_path, node, {"p": {"type": "pseudocolor", "field": "iters"}})
+    assert (img[..., 3] > 127).mean() > 0.05 and len(np.unique(img[img[..., 3] > 127][:, 0])) > 3
