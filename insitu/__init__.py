@@ -18,9 +18,8 @@ from .arrays import (
 )
 from .domain import BlockInfo, Domain, dims_create
 from .errors import InsituError, MismatchError, PeerTimeoutError
+from ._version import __version__
 from .halo import HaloExchange, exchange_halos
-
-__version__ = "0.1.0"
 
 __all__ = [
     "BlockInfo",
@@ -31,6 +30,7 @@ __all__ = [
     "InsituError",
     "MismatchError",
     "PeerTimeoutError",
+    "__version__",
     "arrays",
     "asarray",
     "count_transfers",
