@@ -18,7 +18,9 @@ configuration ``log:`` setting). It adds no handler where the user already has o
 The first use of a kernel that must be compiled is logged at INFO by the logger of the
 module that owns it, ``compiling <name> (first use; cached in <dir>)``: CUDA sources of
 the kernel cache, CuPy modules (:func:`compiling`), and Numba functions of the modules
-:func:`watch_jit` names.
+:func:`watch_jit` names. The first Numba compile of a process is also announced once at
+WARNING (so at the adaptor's default ``log: errors``), by rank 0 only under MPI: a first
+step that stalls for seconds says why, and that ``insitu warmup`` compiles ahead of a job.
 """
 
 from __future__ import annotations
@@ -232,6 +234,21 @@ def cupy_cache_dir() -> str:
 _jit_modules: set[str] = set()
 _jit_listener: Any = None
 _jit_state = threading.local()
+_jit_told = False  # the one WARNING of the process said
+
+
+def _tell_first_compile(logger: logging.Logger, cache_dir: str | None) -> None:
+    """Once per process: WARNING on rank 0 (or outside MPI), INFO elsewhere (every rank compiles
+    the same kernels: one line per job, not per rank)."""
+    global _jit_told
+    with _lock:
+        if _jit_told:
+            return
+        _jit_told = True
+    where = f"cached in {cache_dir}; NUMBA_CACHE_DIR moves it" if cache_dir else "not cached on disk"
+    logger.log(logging.WARNING if rank() in (None, 0) else logging.INFO,
+               "first run: compiling kernels, which takes seconds (`insitu warmup` does this ahead of a job; %s)",
+               where)
 
 
 def _watched(module: str) -> bool:
@@ -253,6 +270,7 @@ def _jit_listener_class() -> type:
             if watched and not any(stack):
                 cache_dir = getattr(getattr(disp, "_cache", None), "_cache_path", None)  # None: no cache=True
                 compiling(get_logger(module), f"{module}.{disp.py_func.__qualname__}", cache_dir)
+                _tell_first_compile(get_logger(module), cache_dir)
             stack.append(watched)
 
         def on_end(self, ev: Any) -> None:
