@@ -1,15 +1,26 @@
-"""The ``insitu`` command line.
+"""The ``insitu`` command line (``python -m insitu`` is the same).
 
+    insitu --version
     insitu info      what this machine offers insitu: versions, CUDA devices, MPI, NCCL
     insitu view      a web page showing a frame stream (live SST or a BP5 file), with steering
+    insitu check     validate a configuration as the adaptor would (and against a recorded mesh);
+                     print what each step will do
+    insitu warmup    compile the kernels a configuration needs (or all of them) ahead of a job
+
+``check`` and ``warmup`` use the adaptor package, the layer above this runtime: it is found
+through its ``insitu.adaptor`` entry point (:mod:`insitu.plugins`) when the command runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import platform
 import sys
+from typing import Any, Mapping
+
+from ._version import __version__
 
 __all__ = ["main"]
 
@@ -140,8 +151,194 @@ def view(args: argparse.Namespace) -> int:
     return rc
 
 
+# --------------------------------------------------------------------------- check
+
+
+def _adaptor_package() -> Any:
+    """The adaptor package, through its entry point (the runtime names no package above it)."""
+    from .plugins import load
+
+    return load("insitu.adaptor", "package")
+
+
+def _raw_config(config: str) -> Any:
+    """The configuration as given (a parsed file or text), before validation."""
+    import yaml
+
+    text = config
+    if os.path.exists(config):
+        with open(config) as f:
+            text = f.read()
+    return (yaml.safe_load(text) if text.strip() else None) or {}
+
+
+def _embedded(raw: Any) -> Any:
+    """`raw` with the embedded engine: checks and warmups start no Spark (its own parameters
+    were validated already; its daemons run the same kernels)."""
+    if isinstance(raw, Mapping) and raw.get("engine", "embedded") != "embedded":
+        return {**raw, "engine": "embedded"}
+    return raw
+
+
+def read_mesh(path: str, ghost_field: str = "ascent_ghosts") -> tuple[list[dict], int, float]:
+    """The domains an ``hdf5`` extract recorded, as Blueprint dicts (uniform grids).
+
+    Parameters
+    ----------
+    path : str
+        A file the extract wrote (one per step; ``<path>.rank<r>.h5`` per rank).
+    ghost_field : str
+        Name of the element field marking the ghost cells the recorded real-cell box leaves out.
+
+    Returns
+    -------
+    domains : list of dict
+        One Blueprint dict per recorded domain.
+    step, time : int, float
+        The recorded step and time.
+    """
+    import h5py
+    import numpy as np
+
+    out = []
+    with h5py.File(path, "r") as f:
+        step, time = int(f.attrs.get("step", 0)), float(f.attrs.get("time", 0.0))
+        for gname in sorted(f):
+            g = f[gname]
+            if not isinstance(g, h5py.Group) or "dims" not in g.attrs:
+                continue
+            dims = [int(n) for n in g.attrs["dims"]]
+            fields: dict[str, dict] = {}
+            for name, obj in g.items():
+                if isinstance(obj, h5py.Dataset):
+                    fields[name] = {"association": str(obj.attrs.get("association", "vertex")), "topology": "mesh",
+                                    "values": obj[()]}
+                else:  # a name with "/" (an mcarray's components): h5py made a group of it
+                    comps = {c: obj[c] for c in obj if isinstance(obj[c], h5py.Dataset)}
+                    if comps:
+                        assoc = str(next(iter(comps.values())).attrs.get("association", "vertex"))
+                        fields[name] = {"association": assoc, "topology": "mesh",
+                                        "values": {c: d[()] for c, d in comps.items()}}
+            lo = [int(v) for v in g.attrs.get("real_cells_lo", (0, 0, 0))]
+            hi = [int(v) for v in g.attrs.get("real_cells_hi", [n - 1 for n in dims])]
+            cdims = [n - 1 for n in dims]
+            if ghost_field not in fields and (any(lo) or hi != cdims):
+                ghosts = np.ones(cdims, np.int32)
+                ghosts[lo[0]:hi[0], lo[1]:hi[1], lo[2]:hi[2]] = 0
+                fields[ghost_field] = {"association": "element", "topology": "mesh", "values": ghosts}
+            out.append({
+                "coordsets": {"coords": {"type": "uniform", "dims": dict(zip("ijk", dims)),
+                                         "origin": dict(zip("xyz", map(float, g.attrs["origin"]))),
+                                         "spacing": dict(zip(("dx", "dy", "dz"), map(float, g.attrs["spacing"])))}},
+                "topologies": {"mesh": {"type": "uniform", "coordset": "coords"}},
+                "fields": fields,
+                "state": {"domain_id": int(gname.rpartition("_")[2] or len(out))},
+            })
+    if not out:
+        raise ValueError(f"{path}: no domain recorded by an hdf5 extract (groups domain_NNNNNN)")
+    return out, step, time
+
+
+def _short(v: Any, most: int = 60) -> str:
+    r = repr(v) if not isinstance(v, str) else v
+    return r if len(r) <= most else r[:most - 3] + "..."
+
+
+def _given(params: Mapping) -> str:
+    return ", ".join(f"{k}={_short(v)}" for k, v in params.items() if v is not None)
+
+
+def plan(cfg: Mapping) -> list[str]:
+    """What each executed step of a validated configuration does, in the adaptor's order:
+    queries, triggers, the pipelines the due scenes need, scenes, extracts."""
+    lines = [f"engine: {cfg['engine']['type']}; exceptions: {cfg['exceptions']}; log: {cfg['log']}; "
+             f"timeout: {cfg['timeout']:g} s"]
+    if cfg.get("params"):
+        lines.append(f"user parameters: {_given(cfg['params'])}")
+    triggered = {a for t in cfg["triggers"].values() for a in t["actions"]}
+    lines.append("each step, in order:")
+    for name, q in cfg["queries"].items():
+        lines.append(f"  query {name}: {q['name']} = {q['expression']}")
+    for name, t in cfg["triggers"].items():
+        when = f"every {t['every']} steps" if t.get("every") is not None else f"when {t['condition']}"
+        lines.append(f"  trigger {name}: {when} -> runs {', '.join(t['actions'])}")
+    for name, filters in cfg["pipelines"].items():
+        chain = " -> ".join(f"{f['type']}({_given(f['params'])})" for f in filters.values())
+        lines.append(f"  pipeline {name} (when a due scene draws it): {chain or 'the mesh as given'}")
+    for name, sc in cfg["scenes"].items():
+        due = "when triggered" if name in triggered else "every step"
+        lines.append(f"  scene {name} ({due}):")
+        for pname, p in sc["plots"].items():
+            src = f"pipeline {p['pipeline']}" if p.get("pipeline") else "the mesh"
+            field = f", field {p['field']}" if p.get("field") else ""
+            lines.append(f"    plot {pname}: {p['type']} of {src}{field}")
+        for rname, r in sc["renders"].items():
+            out = f" -> {r['image_prefix']}.png" if r.get("image_prefix") else " (not written)"
+            lines.append(f"    render {rname}: {r['image_width']}x{r['image_height']}{out}")
+    for name, e in cfg["extracts"].items():
+        due = "when triggered" if name in triggered else "every step"
+        lines.append(f"  extract {name} ({due}): {e['type']}({_given(e['params'])})")
+    if not (cfg["scenes"] or cfg["extracts"] or cfg["queries"]):
+        lines.append("  nothing (no scenes, extracts or queries)")
+    return lines
+
+
+def check_config(config: str, mesh: str | None = None) -> list[str]:
+    """Validate `config` exactly as :class:`Adaptor` does at ``initialize`` (and, given a mesh
+    an ``hdf5`` extract recorded, as ``execute`` does: field names, queries and triggers on it).
+
+    Returns
+    -------
+    list of str
+        :func:`plan`'s lines (and which actions the recorded step runs).
+
+    Raises
+    ------
+    ConfigError, MeshError, ValueError, KeyError, TypeError
+        The error the adaptor would raise, with its message.
+    """
+    ad = _adaptor_package()
+    cfg = ad.load(config)
+    lines = plan(cfg)
+    a = ad.Adaptor(_embedded(_raw_config(config)))  # what initialize does beyond the schema
+    try:
+        if mesh is not None:
+            meshes, step, time = read_mesh(mesh, cfg["ghost_field"])
+            # The adaptor's own checks of a step's mesh (Adaptor._execute), in its order.
+            domains = ad.mesh.parse(meshes, ghost_field=cfg["ghost_field"], cells=True)
+            a._check_fields(domains)
+            active = a._active(step, time, domains)
+            fields = sorted(set.intersection(*(set(d.fields) for d in domains)))
+            lines.append(f"on {mesh} (step {step}, {len(domains)} domain(s), fields {', '.join(fields)}): "
+                         f"runs {', '.join(n for n in (*cfg['scenes'], *cfg['extracts']) if n in active) or 'nothing'}")
+    finally:
+        a.finalize()
+    return lines
+
+
+def check(args: argparse.Namespace) -> int:
+    """``insitu check CONFIG [--mesh FILE]``: 0 valid, 1 rejected, 2 unreadable mesh file."""
+    ad = _adaptor_package()
+    try:
+        lines = check_config(args.config, args.mesh)
+    except ad.ConfigError as e:
+        print(f"insitu check: {args.config}: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"insitu check: {args.mesh}: cannot read ({e})", file=sys.stderr)
+        return 2
+    except (ad.MeshError, ValueError, KeyError, TypeError) as e:
+        print(f"insitu check: {args.config} on {args.mesh}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    print(f"insitu check: {args.config}: valid")
+    for line in lines:
+        print(line)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="insitu", description="in-situ GPU visualization runtime")
+    ap.add_argument("--version", action="version", version=f"insitu {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="versions, CUDA devices, MPI and NCCL on this machine")
     vp = sub.add_parser("view", help="a web page showing a frame stream, with steering",
@@ -166,12 +363,22 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds to wait for a live stream's writer, or for the next step of a BP5 file "
                          "still being written (default 30)")
     vp.add_argument("--exit-at-end", action="store_true", help="exit when the stream ends instead of serving on")
+    cp = sub.add_parser("check", help="validate a configuration as the adaptor would; print what each step does",
+                        description="Validate CONFIG exactly as the adaptor does at initialize (every problem "
+                                    "listed with its path) and print what each executed step will do. With --mesh, "
+                                    "a mesh recorded by an hdf5 extract is checked as execute would check it: "
+                                    "the fields the configuration names, its queries and triggers. Exit status: "
+                                    "0 valid, 1 rejected, 2 mesh file unreadable.")
+    cp.add_argument("config", metavar="CONFIG", help="YAML/JSON file (or text) of the adaptor's configuration")
+    cp.add_argument("--mesh", metavar="SAMPLE.h5", help="a step recorded by an hdf5 extract")
     args = ap.parse_args(argv)
     if args.command == "info":
         for k, v in info().items():
             print(f"{k:>15}: {v}")
     elif args.command == "view":
         return view(args)
+    elif args.command == "check":
+        return check(args)
     return 0
 
 
