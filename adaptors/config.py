@@ -353,6 +353,11 @@ SCHEMA: dict[str, Any] = {
         "image_prefix": P("str", "PNG path; %d-style formats take the step (out/frame_%04d -> out/frame_0007.png)"),
         "camera": P("map", "camera: azimuth/elevation/zoom about the data, or position/look_at/up/fov"),
         "bg_color": P("numbers", "background [r, g, b] or [r, g, b, a]", [1.0, 1.0, 1.0], lo=0, hi=1, size=(3, 4)),
+        "annotations": P("bool", "draw the colour legend (the first plot's field, range, colormap), the step and "
+                         "time into the frame (Ascent's strings \"true\"/\"false\" accepted). Ascent draws them "
+                         "by default; insitu only when asked", False),
+        "fg_color": P("numbers", "colour of the annotations [r, g, b] (default: black on a light bg_color, white "
+                      "on a dark one)", lo=0, hi=1, size=(3, 3)),
     },
     "camera": _CAMERA,
     "extracts": {
@@ -645,6 +650,8 @@ def _scene(s, path: str, pipelines: Mapping, problems: list[str]) -> dict:
         given = {}
     for name, r in given.items():
         rpath = f"{path}/renders/{name}"
+        if isinstance(r, Mapping) and r.get("annotations") in ("true", "false"):  # Ascent writes strings
+            r = {**r, "annotations": r["annotations"] == "true"}
         q = _params(r, SCHEMA["render"], rpath, problems)
         n = len(problems)
         q["camera"] = _params(q.get("camera"), SCHEMA["camera"], f"{rpath}/camera", problems)

@@ -20,6 +20,7 @@ import numpy as np
 
 from insitu import arrays
 from insitu.profile import StageTimer
+from render.annotate import annotate, foreground_for
 from render.camera import from_settings as camera_from_settings
 
 from . import draw as _draw
@@ -73,9 +74,10 @@ class SceneRenderer:
         self.renderers.close()
 
     def render(self, name: str, scene: Mapping, datasets: Mapping[str, Dataset], raw: Dataset,
-               steer: Mapping, step: int) -> dict:
+               steer: Mapping, step: int, time: float | None = None) -> dict:
         """Render every render of scene `name`; returns ``{render name: Rendered}`` at the
-        root (images on the device they were drawn on), ``{}`` elsewhere."""
+        root (images on the device they were drawn on), ``{}`` elsewhere. Renders with
+        ``annotations`` get the first plot's legend, the step and `time` drawn in."""
         ctx = self.ctx
         bounds = ctx.bounds(raw.domains)
         out = {}
@@ -107,6 +109,11 @@ class SceneRenderer:
                 rgba = rgba.copy()
                 for c in range(4):  # scalars as kernel arguments: nothing is uploaded
                     rgba[..., c] += behind * (bg[c] * bg[3] if c < 3 else bg[3])
+            if r.get("annotations") and plots:
+                with self.prof.stage("annotate"):  # drawn where the frame is: no copy
+                    _, _, _, field, lo, hi, cmap = plots[0]
+                    fg = r.get("fg_color") or foreground_for(bg)
+                    annotate(rgba, field=field, lo=lo, hi=hi, colormap=cmap, step=step, time=time, fg=fg)
             path = frame_path(r["image_prefix"], step) if r.get("image_prefix") else None
             ranges = {f: (lo, hi) for _, _, _, f, lo, hi, _ in plots}
             out[rname] = Rendered(rgba, depth, cam, ranges, path)
