@@ -7,7 +7,7 @@ RGB with alpha 1. So the GPU and the CPU draw the same bits.
 
 No host copy of the frame is made, and on the device nothing moves per frame:
 
-- the font (672 bytes) goes to each device once (counted by :mod:`insitu.arrays`), and
+- the font (4 KB) goes to each device once (counted by :mod:`insitu.arrays`), and
   :func:`render.colormap.colormap` uploads each colormap's table once per device;
 - the colour bar is computed on the device from that table and cached per (colormap,
   height, device);
@@ -134,6 +134,11 @@ def _rect_items(x: int, y: int, w: int, h: int, H: int, W: int) -> list[int]:
     return [_rect_item(x0, y0, x1 - x0, y1 - y0)] if x1 > x0 and y1 > y0 else []
 
 
+def _where(a):
+    """The frame's device made current (every kernel runs where the frame is)."""
+    return a.device if arrays.is_device_array(a) else contextlib.nullcontext()
+
+
 def _draw(a, items: Sequence[int], fg: tuple[float, float, float]) -> None:
     if not items:
         return
@@ -211,7 +216,7 @@ _fonts: dict[int, Any] = {}
 
 
 def _device_font(dev: int):
-    if dev not in _fonts:  # once per device: 672 bytes, counted
+    if dev not in _fonts:  # once per device: 4320 bytes, counted
         _fonts[dev] = arrays.to_device(np.ascontiguousarray(_font.glyphs(), dtype=np.uint8), device=dev)
     return _fonts[dev]
 
@@ -226,10 +231,10 @@ def _draw_device(a, items: Sequence[int], fg) -> None:
         for i in range(0, len(items), _BATCH):
             chunk = list(items[i:i + _BATCH])
             n = len(chunk)
-            chunk += [0] * (_BATCH - n)
-            # Items go by value, as kernel arguments: no copy to the device.
+            # Items go by value, as kernel arguments (numpy.uint64 scalars): no copy to the device.
+            args = list(np.array(chunk + [0] * (_BATCH - n), np.uint64))
             kern((n,), (128,), (a, font, np.int32(H), np.int32(W), np.int32(n), np.float32(fg[0]),
-                                 np.float32(fg[1]), np.float32(fg[2]), *(np.uint64(v) for v in chunk)))
+                                 np.float32(fg[1]), np.float32(fg[2]), *args))
 
 
 # --------------------------------------------------------------------------- text
@@ -326,6 +331,13 @@ def _legend(a, colormap: str, field: str, lo: float, hi: float, x: int, y: int, 
     if x1 > x0 and y1 > y0:
         strip = _bar(colormap, h, arrays.get_array_module(a), arrays.device_id(a))
         a[y0:y1, x0:x1] = strip[y0 - y:y1 - y, None, :]  # one copy kernel on the device
+    return list(_legend_items(field, lo, hi, x, y, w, h, s, H, W))
+
+
+@functools.lru_cache(maxsize=64)
+def _legend_items(field: str, lo: float, hi: float, x: int, y: int, w: int, h: int, s: int, H: int,
+                  W: int) -> tuple[int, ...]:
+    # Cached: with a fixed range (min_value/max_value) the legend is the same every frame.
     items: list[int] = []
     # Frame, s pixels wide, just outside the bar.
     for rx, ry, rw, rh in ((x - s, y - s, w + 2 * s, s), (x - s, y + h, w + 2 * s, s),
@@ -343,7 +355,7 @@ def _legend(a, colormap: str, field: str, lo: float, hi: float, x: int, y: int, 
     if field:  # above the top label, right-aligned with the frame
         fw, _ = measure(field, scale=s)
         items += _text_items(field, x + w + s - fw, y - half - s - _font.GLYPH[0] * s, s, H, W)
-    return items
+    return tuple(items)
 
 
 def _check_range(lo, hi) -> tuple[float, float]:
@@ -394,7 +406,8 @@ def legend(rgba, *, colormap: str, lo: float, hi: float, field: str, x: int, y: 
     x, y, w, h, s = _int(x, "x"), _int(y, "y"), _int(w, "w"), _int(h, "h"), _scale(scale)
     if w < 1 or h < 2:
         raise ValueError(f"w, h: expected w >= 1 and h >= 2 pixels, got {w}, {h}")
-    _draw(a, _legend(a, colormap, str(field), lo, hi, x, y, w, h, s), fgc)
+    with _where(a):
+        _draw(a, _legend(a, colormap, str(field), lo, hi, x, y, w, h, s), fgc)
     return rgba
 
 
@@ -471,8 +484,9 @@ def annotate(rgba, *, field: str, lo: float, hi: float, colormap: str, step: int
     items = _text_items(status, lay.status[0], lay.status[1], s, H, W)
     if title:
         items += _text_items(str(title), lay.title[0], lay.title[1], s, H, W)
-    if lay.bar is not None:
-        x, y, w, h = lay.bar
-        items += _legend(a, colormap, str(field), lo, hi, x, y, w, h, s)
-    _draw(a, items, fgc)  # one launch on the device (a second past 64 items)
+    with _where(a):
+        if lay.bar is not None:
+            x, y, w, h = lay.bar
+            items += _legend(a, colormap, str(field), lo, hi, x, y, w, h, s)
+        _draw(a, items, fgc)  # one launch on the device (a second past 64 items)
     return rgba
