@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import platform
+import re
 import sys
 from typing import Any, Mapping
 
@@ -336,6 +338,259 @@ def check(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- warmup
+
+#: ``insitu warmup`` without a configuration: every family of CPU kernels the adaptor runs
+#: (contour, raster, volume, eikonal, the cell filters, ranges and reductions).
+WARMUP_ALL: dict[str, Any] = {
+    "pipelines": {
+        "contour": {"c": {"type": "contour", "params": {"field": "a", "iso_values": [0.5]}}},
+        "slice": {"s": {"type": "slice", "params": {"point": [0.0, 0.0, 0.1]}}},
+        "threshold": {"t": {"type": "threshold", "params": {"field": "a", "min_value": 0.3, "max_value": 0.7}}},
+        "clip": {"k": {"type": "clip", "params": {"sphere": {"center": {"x": 0, "y": 0, "z": 0}, "radius": 0.5}}}},
+        "isovolume": {"i": {"type": "isovolume", "params": {"field": "a", "min_value": 0.3, "max_value": 0.7}}},
+        "gradient": {"g": {"type": "gradient", "params": {"field": "a"}},
+                     "m": {"type": "vector_magnitude", "params": {"field": "a_gradient"}},
+                     "c": {"type": "contour", "params": {"field": "a_gradient_magnitude", "levels": 1}}},
+        "eikonal": {"e": {"type": "eikonal", "params": {"speed": "s", "seeds": [[0.0, 0.0, 0.0]]}},
+                    "c": {"type": "contour", "params": {"field": "arrival_time", "iso_values": [0.5]}}},
+    },
+    "scenes": {
+        **{f"draw_{p}": {"plots": {"p": {"type": "pseudocolor", "pipeline": p, "field": "a"}}}
+           for p in ("contour", "slice", "threshold", "clip", "isovolume", "gradient", "eikonal")},
+        "mesh": {"plots": {"p": {"type": "pseudocolor", "field": "a"}, "v": {"type": "volume", "field": "a"}}},
+    },
+    "queries": {"q": {"params": {"expression": "max(field('a'))", "name": "amax"}}},
+}
+
+_FIELD_CALL = re.compile(r"""field\(\s*['"]([^'"]+)['"]""")
+
+
+def _warmup_fields(cfg: Mapping, added: Any) -> tuple[dict[str, tuple[float, float]], set[str]]:
+    """The fields a validated configuration reads from the mesh: ``{name: (low, high)}`` (a
+    range holding the values it names: iso values, thresholds, colour ranges) and the names
+    read as vectors."""
+    nums: dict[str, list[float]] = {}
+    vectors: set[str] = set()
+    produced: set[str] = set()
+    positive: set[str] = set()
+
+    def need(name: Any, *values: Any) -> None:
+        if isinstance(name, str):
+            nums.setdefault(name, []).extend(float(v) for v in values if isinstance(v, (int, float)))
+
+    for filters in cfg["pipelines"].values():
+        for f in filters.values():
+            prm = f["params"]
+            need(prm.get("field"), *(prm.get("iso_values") or ()), prm.get("min_value"), prm.get("max_value"),
+                 prm.get("clip_value"))
+            if f["type"] in ("vector_magnitude", "vector_component"):
+                vectors.add(prm["field"])
+            if f["type"] == "eikonal":
+                produced.add(prm["output"])
+                try:
+                    float(prm["speed"])
+                except ValueError:
+                    need(prm["speed"])
+                    positive.add(prm["speed"])
+            produced.update(n for n in added(f["type"], prm) if n != prm.get("field"))
+    for sc in cfg["scenes"].values():
+        for p in sc["plots"].values():
+            need(p.get("field"), p.get("min_value"), p.get("max_value"))
+    texts = [q["expression"] for q in cfg["queries"].values()]
+    texts += [t["condition"] for t in cfg["triggers"].values() if t.get("condition")]
+    for text in texts:
+        for name in _FIELD_CALL.findall(text):
+            need(name)
+    ranges = {}
+    for name, values in nums.items():
+        if name in produced:
+            continue
+        lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+        if hi - lo < 1e-6:
+            lo, hi = lo - 1.0, hi + 1.0
+        lo, hi = lo - 0.1 * (hi - lo), hi + 0.1 * (hi - lo)  # every named value strictly inside
+        if name in positive and lo <= 0:
+            lo, hi = 0.5, max(hi, 1.5)
+        ranges[name] = (lo, hi)
+    return ranges, vectors - produced
+
+
+def _warmup_box(cfg: Mapping) -> tuple[list[float], list[float]]:
+    """A box around the origin holding the configuration's eikonal seeds."""
+    lo, hi = [-1.0] * 3, [1.0] * 3
+    for filters in cfg["pipelines"].values():
+        for f in filters.values():
+            for pt in f["params"].get("seeds") or () if f["type"] == "eikonal" else ():
+                for i, v in enumerate(pt.values() if isinstance(pt, Mapping) else pt):
+                    lo[i], hi[i] = min(lo[i], float(v) - 0.5), max(hi[i], float(v) + 0.5)
+    return lo, hi
+
+
+def _warmup_meshes(cfg: Mapping, added: Any, dtype: str, cells: bool, n: int = 12) -> list[tuple[str, dict]]:
+    """Small meshes holding every field the configuration reads, in `dtype`: a uniform grid
+    without and with ghost cells, and with `cells` the same grid as hexahedra with int32 and
+    with int64 point ids."""
+    import numpy as np
+
+    ranges, vectors = _warmup_fields(cfg, added)
+    lo, hi = _warmup_box(cfg)
+    axes = [np.linspace(a, b, n) for a, b in zip(lo, hi)]
+    x, y, z = np.meshgrid(*axes, indexing="ij")
+    rad = np.sqrt((x - x.mean()) ** 2 + (y - y.mean()) ** 2 + (z - z.mean()) ** 2)
+    rad = rad / rad.max()
+    values: dict[str, Any] = {}
+    for name, (a, b) in ranges.items():
+        if name in vectors:
+            ramps = (rad, (x - lo[0]) / (hi[0] - lo[0]), (y - lo[1]) / (hi[1] - lo[1]))
+            values[name] = {c: (a + (b - a) * u).astype(dtype) for c, u in zip("xyz", ramps)}
+        else:
+            values[name] = (a + (b - a) * rad).astype(dtype)
+    fields = {k: {"association": "vertex", "topology": "mesh", "values": v} for k, v in values.items()}
+    spacing = dict(zip(("dx", "dy", "dz"), ((b - a) / (n - 1) for a, b in zip(lo, hi))))
+    grid = {"coordsets": {"coords": {"type": "uniform", "dims": {"i": n, "j": n, "k": n},
+                                     "origin": dict(zip("xyz", lo)), "spacing": spacing}},
+            "topologies": {"mesh": {"type": "uniform", "coordset": "coords"}}, "fields": fields,
+            "state": {"domain_id": 0}}
+    out = [(f"grid {dtype}", grid)]
+    # A grid with ghost cells: its kernels see views of the arrays (another Numba specialization).
+    ghosts = np.ones((n - 1,) * 3, np.int32)
+    ghosts[1:-1, 1:-1, 1:-1] = 0
+    out.append((f"grid {dtype}, ghost cells", {**grid, "fields": {
+        **fields, cfg["ghost_field"]: {"association": "element", "topology": "mesh", "values": ghosts}}}))
+    if cells:
+        pts = np.stack([x.ravel(), y.ravel(), z.ravel()], axis=1).astype(dtype)
+        i, j, k = (a.ravel() for a in np.meshgrid(*(np.arange(n - 1),) * 3, indexing="ij"))
+        corner = lambda di, dj, dk: ((i + di) * n + (j + dj)) * n + (k + dk)  # noqa: E731
+        hexes = np.stack([corner(0, 0, 0), corner(1, 0, 0), corner(1, 1, 0), corner(0, 1, 0),
+                          corner(0, 0, 1), corner(1, 0, 1), corner(1, 1, 1), corner(0, 1, 1)], axis=1).ravel()
+        flat = {k: {**f, "values": ({c: a.ravel() for c, a in f["values"].items()} if isinstance(f["values"], dict)
+                                    else f["values"].ravel())} for k, f in fields.items()}
+        for ids in ("int32", "int64"):
+            out.append((f"hexahedra {dtype}, {ids} ids", {
+                "coordsets": {"coords": {"type": "explicit", "values": {c: pts[:, d] for d, c in enumerate("xyz")}}},
+                "topologies": {"mesh": {"type": "unstructured", "coordset": "coords",
+                                        "elements": {"shape": "hex", "connectivity": hexes.astype(ids)}}},
+                "fields": flat, "state": {"domain_id": 0}}))
+    return out
+
+
+def _warmup_config(cfg: Mapping, images: str, cells: bool) -> dict:
+    """A validated configuration made into one that runs every pipeline and scene each step,
+    writes small images under `images` and no extracts (their kernels are the scenes')."""
+    pipes = {k: v for k, v in cfg["pipelines"].items()
+             if not (cells and any(f["type"] == "eikonal" for f in v.values()))}  # eikonal: grids only
+    scenes = {}
+    for sname, sc in cfg["scenes"].items():
+        plots = {k: p for k, p in sc["plots"].items() if not p.get("pipeline") or p["pipeline"] in pipes}
+        if plots:
+            renders = {r: {**rv, "image_width": 48, "image_height": 32,
+                           "image_prefix": os.path.join(images, f"{sname}_{r}_%d")} for r, rv in sc["renders"].items()}
+            scenes[sname] = {"plots": plots, "renders": renders}
+    queries = {k: {"params": {"expression": q["expression"], "name": q["name"]}} for k, q in cfg["queries"].items()}
+    return {"pipelines": pipes, "scenes": scenes, "queries": queries, "params": cfg.get("params"),
+            "log": "quiet", "exceptions": "catch"}
+
+
+class _CompileCounter(logging.Handler):
+    """Collects the kernel compiles logged while it is attached (insitu.log's records)."""
+
+    def __init__(self, echo: bool) -> None:
+        super().__init__(logging.INFO)
+        self.compiled: list[str] = []
+        self.where: dict[str, None] = {}
+        self.echo = echo
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        if msg.startswith("compiling ") and isinstance(record.args, tuple) and len(record.args) == 2:
+            self.compiled.append(str(record.args[0]))
+            self.where[str(record.args[1])] = None
+            if self.echo:
+                print(f"  {msg}", flush=True)
+
+
+def warmup_config(config: str | None = None, *, dtypes: tuple[str, ...] = ("float32", "float64"),
+                  cells: bool | None = None, verbose: bool = False) -> dict:
+    """Compile the kernels `config` needs (all of them without one) by running its pipelines
+    and scenes once on small meshes of each of `dtypes`: Numba writes them to its disk cache
+    (``NUMBA_CACHE_DIR``), where the job's processes find them.
+
+    Parameters
+    ----------
+    config : str, optional
+        The adaptor's configuration (a file, or text); None: :data:`WARMUP_ALL`, grids and cells.
+    dtypes : tuple of str
+        Floating-point types of the simulation's fields.
+    cells : bool, optional
+        Also run meshes of cells (hexahedra, int32 and int64 ids); default: without a config only.
+    verbose : bool
+        Print each compile as it starts.
+
+    Returns
+    -------
+    dict
+        ``runs`` ([(mesh, seconds)]), ``compiled`` (kernel names), ``cache`` (where they went),
+        ``errors`` (what failed on the small meshes), ``frames`` (images drawn).
+    """
+    import tempfile
+    import time
+
+    ad = _adaptor_package()
+    cfg = ad.load(WARMUP_ALL if config is None else config)
+    cells = config is None if cells is None else cells
+    counter = _CompileCounter(verbose)
+    loggers = [logging.getLogger(p) for p in ("insitu", "adaptors", "render", "solvers")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(counter)
+        lg.setLevel(logging.INFO)
+    runs, errors, frames = [], [], 0
+    try:
+        with tempfile.TemporaryDirectory(prefix="insitu-warmup-") as images:
+            for dtype in dtypes:
+                for cell_mesh in (False, True) if cells else (False,):
+                    wcfg = _warmup_config(cfg, images, cell_mesh)
+                    meshes = _warmup_meshes(cfg, ad.pipelines.added_fields, dtype, cell_mesh)
+                    for label, mesh in meshes[2:] if cell_mesh else meshes[:2]:
+                        t0 = time.perf_counter()
+                        with ad.Adaptor(wcfg) as a:
+                            a.execute(0, 0.0, mesh)
+                            res = a.results()
+                        errors += [f"{label}: {e}" for e in res["errors"]]
+                        frames += len(res["frames"])
+                        runs.append((label, time.perf_counter() - t0))
+                        if verbose:
+                            print(f"  {label}: {runs[-1][1]:.1f} s", flush=True)
+    finally:
+        for lg, lvl in zip(loggers, levels):
+            lg.removeHandler(counter)
+            lg.setLevel(lvl)
+    return {"runs": runs, "compiled": counter.compiled, "cache": list(counter.where), "errors": errors,
+            "frames": frames}
+
+
+def warmup(args: argparse.Namespace) -> int:
+    """``insitu warmup [CONFIG]``: 0 done, 1 configuration rejected or a run failed."""
+    import time
+
+    ad = _adaptor_package()
+    where = os.environ.get("NUMBA_CACHE_DIR") or "beside the installed sources (__pycache__), else ~/.cache/numba"
+    print(f"insitu warmup: compiling the kernels of {args.config or 'every filter and plot'} "
+          f"({', '.join(args.dtype)}); Numba's cache: {where}", flush=True)
+    t0 = time.perf_counter()
+    try:
+        out = warmup_config(args.config, dtypes=tuple(args.dtype), cells=args.cells or None, verbose=args.verbose)
+    except ad.ConfigError as e:
+        print(f"insitu warmup: {args.config}: {e}", file=sys.stderr)
+        return 1
+    for e in out["errors"]:
+        print(f"insitu warmup: failed on a small mesh (its kernels may compile in the job): {e}", file=sys.stderr)
+    what = f"{len(out['compiled'])} kernels compiled" if out["compiled"] else "nothing to compile: all were cached"
+    print(f"insitu warmup: done in {time.perf_counter() - t0:.1f} s, {what}", flush=True)
+    return 1 if out["errors"] else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="insitu", description="in-situ GPU visualization runtime")
     ap.add_argument("--version", action="version", version=f"insitu {__version__}")
@@ -371,6 +626,19 @@ def main(argv: list[str] | None = None) -> int:
                                     "0 valid, 1 rejected, 2 mesh file unreadable.")
     cp.add_argument("config", metavar="CONFIG", help="YAML/JSON file (or text) of the adaptor's configuration")
     cp.add_argument("--mesh", metavar="SAMPLE.h5", help="a step recorded by an hdf5 extract")
+    wp = sub.add_parser("warmup", help="compile the kernels a configuration needs ahead of a job",
+                        description="Compile the Numba kernels CONFIG needs (every kernel without CONFIG) by "
+                                    "running its pipelines and scenes once on small meshes, so that the job's "
+                                    "first step does not stall. Numba keeps them in its disk cache: the directory "
+                                    "NUMBA_CACHE_DIR names (set it for read-only installs; on a cluster a shared "
+                                    "directory, or a node-local one warmed on every node), else __pycache__ beside "
+                                    "the sources. Run it with the job's Python, NUMBA_CACHE_DIR and CPU type.")
+    wp.add_argument("config", metavar="CONFIG", nargs="?", help="the adaptor's configuration (default: everything)")
+    wp.add_argument("--dtype", nargs="+", choices=("float32", "float64"), default=["float32", "float64"],
+                    help="floating-point types of the simulation's fields (default: both)")
+    wp.add_argument("--cells", action="store_true",
+                    help="also meshes of cells (unstructured hexahedra); always without CONFIG")
+    wp.add_argument("-v", "--verbose", action="store_true", help="print each kernel as it compiles")
     args = ap.parse_args(argv)
     if args.command == "info":
         for k, v in info().items():
@@ -379,6 +647,8 @@ def main(argv: list[str] | None = None) -> int:
         return view(args)
     elif args.command == "check":
         return check(args)
+    elif args.command == "warmup":
+        return warmup(args)
     return 0
 
 

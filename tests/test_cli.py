@@ -178,3 +178,54 @@ def test_check_against_a_mesh_rejects_what_execute_rejects(tmp_path, capsys, pat
     assert main(["check", cfg_path, "--mesh", rec]) == 1
     e = capsys.readouterr().err
     assert e == f"insitu check: {cfg_path} on {rec}: {type(err.value).__name__}: {err.value}\n", e
+
+
+# -- insitu warmup --------------------------------------------------------------------------------
+
+def test_warmup_meshes_hold_every_field_the_configuration_reads():
+    from adaptors.config import load
+    from adaptors.pipelines import added_fields
+    from insitu.cli import _warmup_fields, _warmup_meshes
+
+    cfg = load({
+        "pipelines": {
+            "a": {"c": {"type": "contour", "params": {"field": "T", "iso_values": [5.0, 7.0]}}},
+            "b": {"e": {"type": "eikonal", "params": {"speed": "s", "seeds": [[3.0, 0.0, 0.0]]}},
+                  "c": {"type": "contour", "params": {"field": "arrival_time", "iso_values": [0.5]}}},
+            "c": {"m": {"type": "vector_magnitude", "params": {"field": "vel"}},
+                  "g": {"type": "gradient", "params": {"field": "vel_magnitude"}}},
+        },
+        "scenes": {"s": {"plots": {"p": {"type": "pseudocolor", "pipeline": "a", "field": "rho", "min_value": -2,
+                                         "max_value": 2}}}},
+        "queries": {"q": {"params": {"expression": "max(field('P'))", "name": "pmax"}}},
+    })
+    ranges, vectors = _warmup_fields(cfg, added_fields)
+    assert sorted(ranges) == ["P", "T", "rho", "s", "vel"] and vectors == {"vel"}  # produced fields left out
+    assert ranges["T"][0] < 5.0 and ranges["T"][1] > 7.0  # every iso value inside the field's range
+    assert ranges["rho"][0] < -2 and ranges["rho"][1] > 2 and ranges["s"][0] > 0  # a speed stays positive
+    (label, grid), (glabel, ghosts), (hlabel, hexes), _ = _warmup_meshes(cfg, added_fields, "float32", cells=True)
+    assert (label, glabel, hlabel) == ("grid float32", "grid float32, ghost cells", "hexahedra float32, int32 ids")
+    assert grid["fields"]["T"]["values"].dtype == np.float32 and set(grid["fields"]["vel"]["values"]) == set("xyz")
+    c = grid["coordsets"]["coords"]
+    assert c["origin"]["x"] + (c["dims"]["i"] - 1) * c["spacing"]["dx"] > 3.0  # the eikonal seed is inside
+    assert ghosts["fields"]["ascent_ghosts"]["values"].sum() > 0
+    assert hexes["topologies"]["mesh"]["elements"]["connectivity"].dtype == np.int32
+    for _, mesh in _warmup_meshes(cfg, added_fields, "float64", cells=True):
+        adaptors.mesh.parse(mesh, cells=True)  # the adaptor reads every one
+
+
+def test_warmup_runs_every_scene_of_a_configuration(tmp_path, capsys):
+    from insitu.cli import warmup_config
+
+    cfg = config(tmp_path, extracts={"h": {"type": "hdf5", "params": {"path": str(tmp_path / "x.h5")}}},
+                 triggers={"t": {"every": 100, "actions": ["s", "h"]}})
+    out = warmup_config(_write(tmp_path, cfg), dtypes=("float64",))
+    assert out["errors"] == [] and [label for label, _ in out["runs"]] == ["grid float64", "grid float64, ghost cells"]
+    assert out["frames"] == 2  # the triggered scene ran on both meshes
+    assert sorted(os.listdir(tmp_path)) == ["cfg.yaml"]  # no extract, no image left behind
+    assert main(["warmup", _write(tmp_path, cfg), "--dtype", "float64"]) == 0
+    assert "insitu warmup: done in" in capsys.readouterr().out
+    bad = config(tmp_path)
+    bad["scenes"]["s"]["renders"]["r"]["image_width"] = 0
+    assert main(["warmup", _write(tmp_path, bad)]) == 1
+    assert "image_width: must be 1..16384" in capsys.readouterr().err
