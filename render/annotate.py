@@ -201,15 +201,20 @@ extern "C" __global__ void insitu_annotate_items(
 """
 
 
+def _kernel_source() -> str:
+    """The CUDA source of the items kernel (plain C++ but for ``__global__`` and the
+    thread indices: the CPU tests compile it for the host and compare it with NumPy)."""
+    names = ", ".join(f"p{i}" for i in range(_BATCH))
+    params = ", ".join(f"const unsigned long long p{i}" for i in range(_BATCH))
+    return _KERNEL % {"params": params, "names": names, "batch": _BATCH, "offset": _OFFSET, "gh": _font.GLYPH[0],
+                      "gw": _font.GLYPH[1]}
+
+
 @functools.cache
 def _items_kernel():
     import cupy
 
-    names = ", ".join(f"p{i}" for i in range(_BATCH))
-    params = ", ".join(f"const unsigned long long p{i}" for i in range(_BATCH))
-    src = _KERNEL % {"params": params, "names": names, "batch": _BATCH, "offset": _OFFSET, "gh": _font.GLYPH[0],
-                     "gw": _font.GLYPH[1]}
-    return cupy.RawKernel(src, "insitu_annotate_items")
+    return cupy.RawKernel(_kernel_source(), "insitu_annotate_items")
 
 
 _fonts: dict[int, Any] = {}

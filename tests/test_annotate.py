@@ -338,3 +338,58 @@ def test_config_refuses_bad_annotation_keys():
     with pytest.raises(ConfigError, match="annotations: expected true or false") as e:
         validate(cfg)
     assert "fg_color" in str(e.value)
+
+
+# --------------------------------------------------------------------------- the CUDA kernel on the host
+
+
+def test_the_cuda_kernel_compiled_for_the_host_draws_what_numpy_draws(tmp_path):
+    """The device path's kernel source, compiled as C++ with a loop standing in for the
+    grid, against the NumPy path on the same items (random text and rectangles, clipped)."""
+    import ctypes
+    import shutil
+    import subprocess
+
+    from render import annotate as mod
+
+    cxx = shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("needs a C++ compiler")
+    B = mod._BATCH
+    src = mod._kernel_source().replace('extern "C" __global__ void insitu_annotate_items(', "static void kern(")
+    harness = ("#define __restrict__\nstruct Dim { unsigned x; };\nstatic Dim blockIdx, threadIdx, blockDim;\n"
+               + src + "\nextern \"C\" void run(float* rgba, const unsigned char* font, int H, int W, int n, "
+               "float r, float g, float b, const unsigned long long* p) {\n  blockDim.x = 128;\n"
+               "  for (unsigned i = 0; i < (unsigned)n; ++i) for (unsigned t = 0; t < 128; ++t) {\n"
+               "    blockIdx.x = i; threadIdx.x = t;\n    kern(rgba, font, H, W, n, r, g, b, "
+               + ", ".join(f"p[{i}]" for i in range(B)) + ");\n  }\n}\n")
+    (tmp_path / "k.cpp").write_text(harness)
+    subprocess.run([cxx, "-O1", "-shared", "-fPIC", "-o", str(tmp_path / "k.so"), str(tmp_path / "k.cpp")],
+                   check=True, capture_output=True)
+    lib = ctypes.CDLL(str(tmp_path / "k.so"))
+    font = np.ascontiguousarray(_font.glyphs(), dtype=np.uint8)
+
+    def kernel_draw(a, items, fg):
+        for i in range(0, len(items), B):
+            chunk = list(items[i:i + B])
+            p = np.array(chunk + [0] * (B - len(chunk)), np.uint64)
+            lib.run(a.ctypes.data_as(ctypes.c_void_p), font.ctypes.data_as(ctypes.c_void_p),
+                    ctypes.c_int(a.shape[0]), ctypes.c_int(a.shape[1]), ctypes.c_int(len(chunk)),
+                    *(ctypes.c_float(c) for c in fg), p.ctypes.data_as(ctypes.c_void_p))
+
+    rng = np.random.default_rng(0)
+    for H, W in [(100, 300), (40, 50), (257, 129)]:
+        items = []
+        for _ in range(150):
+            x, y = int(rng.integers(-40, W)), int(rng.integers(-40, H))
+            if rng.random() < 0.3:
+                items += mod._rect_items(x, y, int(rng.integers(1, 40)), int(rng.integers(1, 40)), H, W)
+            else:
+                s = "".join(chr(int(c)) for c in rng.integers(32, 130, 6))
+                items += mod._text_items(s, x, y, int(rng.integers(1, 4)), H, W)
+        bg = background(H, W)
+        host, kern = bg.copy(), bg.copy()
+        mod._draw_host(host, items, FG)
+        kernel_draw(kern, items, FG)
+        assert len(items) > mod._BATCH and (host != bg).any()
+        np.testing.assert_array_equal(kern, host)
