@@ -428,7 +428,7 @@ def foreground_for(bg: Sequence[float]) -> tuple[float, float, float]:
 class Layout(NamedTuple):
     """Where :func:`annotate` draws (pixels)."""
 
-    scale: int  #: text scale (1 up to 767 pixels a side, 2 up to 1279, ...)
+    scale: int  #: text scale: 1 below 768 pixels on the shorter side, 2 below 1280, ... (every 512)
     margin: int
     bar: tuple[int, int, int, int] | None  #: the legend's bar (x, y, w, h); None on a small frame
     title: tuple[int, int]  #: top-left corner of the title
@@ -437,7 +437,7 @@ class Layout(NamedTuple):
 
 def layout(H: int, W: int) -> Layout:
     """Where :func:`annotate` draws on an H x W frame."""
-    s = max(1, round(min(H, W) / 512))
+    s = max(1, int(min(H, W) / 512 + 0.5))
     m = 6 * s
     gh = _font.GLYPH[0] * s
     h = ((int(0.45 * H) - 1) // (_TICKS - 1)) * (_TICKS - 1) + 1  # ticks on whole rows
