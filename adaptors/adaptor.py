@@ -41,7 +41,7 @@ from .config import SCHEMA, camera_problems, check_steering, is_number, load
 from .errors import AdaptorError, MeshError, NotInitializedError
 from .extracts import EXTRACTS, Extract
 from .context import Context, PeerFailedError
-from .pipelines import Dataset, added_fields, run_pipeline
+from .pipelines import Dataset, added_fields, pipeline_order, run_pipeline
 from .scenes import SceneRenderer
 from .queries import MeshData, Queries
 from .triggers import holds
@@ -278,6 +278,8 @@ class Adaptor:
         self._timings = {**self.prof.times(), "execute": _time.perf_counter() - t0}
         self._executes += 1
         message = _failure_message(step, verdict, failures, self.ctx.size)
+        if self.config.get("save_info") and self.rank == 0:
+            self._save_info(step, message)
         if message is None:
             return True
         mine = [e for e in failures if not getattr(e, "relayed", False)]
@@ -314,14 +316,14 @@ class Adaptor:
         active = self._active(step, time, domains)
         needed = {p["pipeline"] for s in active if s in self.config["scenes"]
                   for p in self.config["scenes"][s]["plots"].values() if p.get("pipeline")}
-        datasets = {}
-        for name in self.config["pipelines"]:
-            if name in needed:
-                steer = {f: {"iso_values": self._steering["iso_values"][name]}
-                         for f, flt in self.config["pipelines"][name].items()
-                         if flt["type"] == "contour" and name in self._steering["iso_values"]}
-                with self.prof.stage("pipelines"):
-                    datasets[name] = run_pipeline(name, self.config["pipelines"][name], domains, self.ctx, steer)
+        datasets: dict = {}
+        # A pipeline starting from another's output runs after it (the configuration has no cycle).
+        for name in pipeline_order(self.config["pipelines"], needed):
+            steer = {f: {"iso_values": self._steering["iso_values"][name]}
+                     for f, flt in self.config["pipelines"][name].items()
+                     if flt["type"] == "contour" and name in self._steering["iso_values"]}
+            with self.prof.stage("pipelines"):
+                datasets[name] = run_pipeline(name, self.config["pipelines"][name], domains, self.ctx, steer, datasets)
         images = {}
         for sname in (s for s in self.config["scenes"] if s in active):
             try:
@@ -351,9 +353,30 @@ class Adaptor:
                 e.add_note(f"in extracts/{ename}")
                 self._failures.append(e)
 
+    def _save_info(self, step: int, message: str | None) -> None:
+        """Ascent's save_info: what the adaptor knows after this step, as YAML (rank 0)."""
+        import json
+
+        import yaml
+
+        path = self.config["save_info"]
+        try:
+            path = path % step if "%" in path else path
+        except (TypeError, ValueError):
+            pass
+        info = {"status": {"message": message or f"insitu execute completed (step {step})"},
+                "state": {"cycle": step, "time": self._time},
+                "images": [{"image_name": f} for f in self._frames],
+                "results": self.results(), "actions": self.config}
+        try:
+            with open(path, "w") as f:
+                yaml.safe_dump(json.loads(json.dumps(info, default=str)), f, sort_keys=False)
+        except OSError as e:
+            self._record(f"step {step}: save_info: cannot write {path}: {e.strerror}")
+
     def _busy(self, step: int) -> bool:
         """Whether anything may run this step (conditions need the mesh to decide)."""
-        if self._always or self._queries:
+        if self._always or self._queries or self.config.get("save_info"):
             return True
         return any(e is None or step % e == 0 for e in self._every)
 
@@ -362,11 +385,15 @@ class Adaptor:
         have = set.intersection(*(set(d.fields) for d in domains)) if domains else None
         if have is None:
             return
-        for pname, filters in self.config["pipelines"].items():
+        out: dict = {}
+        for pname in pipeline_order(self.config["pipelines"]):
+            filters = self.config["pipelines"][pname]
             avail = set(have)
             for fname, f in filters.items():
+                if f.get("input"):
+                    avail = set(out[f["input"]])
                 prm = f["params"]
-                names = [prm.get("field")]
+                names = [prm.get(k) for k in ("field", "field1", "field2", "field3")]
                 if f["type"] == "eikonal" and not is_number(prm["speed"]):
                     names = [prm["speed"]]
                 for n in names:
@@ -376,6 +403,7 @@ class Adaptor:
                 if f["type"] == "eikonal":
                     avail.add(prm["output"])
                 avail.update(added_fields(f["type"], prm))
+            out[pname] = avail
         for sname, s in self.config["scenes"].items():
             for plname, p in s["plots"].items():
                 if p.get("field") and not p.get("pipeline") and p["field"] not in have:

@@ -244,6 +244,9 @@ SCHEMA: dict[str, Any] = {
                      "others wait up to twice as long for rank 0); then the step fails on every rank with a "
                      "PeerTimeoutError naming the ranks that did not come", 60.0, lo=0, lo_open=True,
                      unit="seconds"),
+        "save_info": P("str", "after each executed step rank 0 writes what the adaptor knows (the configuration, "
+                       "results(), the frames written) as YAML to this path; %d-style formats take the step. Ascent's "
+                       "save_info action sets it (its file_name, default out_ascent_info_%06d.yaml)"),
         "profile": P("bool", "time every stage of execute (mesh, pipelines, ranges, contour, render, volume, "
                      "composite, png, extracts; with engine: spark handover, spark and, within it, daemons) into "
                      "results()['timings']: CUDA events on GPUs, waiting for each stage's work", False),
@@ -325,6 +328,47 @@ SCHEMA: dict[str, Any] = {
             "output": P("name", "name of the arrival-time field it adds", "arrival_time"),
             "tol": P("number", "stop when a sweep changes no node by more than this", 1e-9, lo=0),
             "max_iter": P("int", "most halo-synchronized sweeps", 10000, lo=1),
+        },
+        "log": {
+            "field": P("name", "field whose natural logarithm is taken", required=True),
+            "output_name": P("str", "name of the field it adds (default log(<field>))"),
+            "clamp_min_value": P("number", "values below it are raised to it first (without it, log of 0 or less "
+                                 "gives -inf or nan, as VTK-m's)"),
+        },
+        "log2": {
+            "field": P("name", "field whose base-2 logarithm is taken", required=True),
+            "output_name": P("str", "name of the field it adds (default log2(<field>))"),
+            "clamp_min_value": P("number", "values below it are raised to it first"),
+        },
+        "log10": {
+            "field": P("name", "field whose base-10 logarithm is taken", required=True),
+            "output_name": P("str", "name of the field it adds (default log10(<field>))"),
+            "clamp_min_value": P("number", "values below it are raised to it first"),
+        },
+        "composite_vector": {
+            "field1": P("name", "the vector's x component (a scalar field)", required=True),
+            "field2": P("name", "its y component", required=True),
+            "field3": P("name", "its z component (without it: a 2-component vector)"),
+            "output_name": P("name", "name of the float64 vector field it adds (its components <name>/x, /y, /z)",
+                             required=True),
+        },
+        "divergence": {
+            "field": P("name", "vector field (an mcarray; element fields recentred)", required=True),
+            "output_name": P("str", "name of the vertex field it adds", "divergence"),
+            "use_cell_gradient": P("enum:true|false", "Ascent's cell-gradient option: only point gradients are "
+                                   "computed (true is refused)", "false"),
+        },
+        "vorticity": {
+            "field": P("name", "vector field (an mcarray; element fields recentred)", required=True),
+            "output_name": P("str", "name of the vertex vector field it adds (the curl; components <name>/x, /y, "
+                             "/z)", "vorticity"),
+            "use_cell_gradient": P("enum:true|false", "only point gradients (true is refused)", "false"),
+        },
+        "qcriterion": {
+            "field": P("name", "vector field (an mcarray; element fields recentred)", required=True),
+            "output_name": P("str", "name of the vertex field it adds: (|Omega|^2 - |S|^2) / 2 of the velocity "
+                             "gradient", "qcriterion"),
+            "use_cell_gradient": P("enum:true|false", "only point gradients (true is refused)", "false"),
         },
     },
     "plots": {
@@ -495,6 +539,13 @@ def validate(config) -> dict:
         out["engine"] = {"type": out["engine"], "params": {}}
     out["pipelines"] = {name: _pipeline(p, f"pipelines/{name}", problems)
                         for name, p in _named(out.get("pipelines"), "pipelines", problems).items()}
+    if out["pipelines"]:
+        from .pipelines import pipeline_order
+
+        try:
+            pipeline_order(out["pipelines"])
+        except ValueError as e:
+            problems.append(str(e))
     out["scenes"] = {name: _scene(s, f"scenes/{name}", out["pipelines"], problems)
                      for name, s in _named(out.get("scenes"), "scenes", problems).items()}
     out["extracts"] = {name: _typed(e, f"extracts/{name}", SCHEMA["extracts"], "extract", problems)
@@ -546,12 +597,35 @@ def validate(config) -> dict:
     return out
 
 
+#: Ascent's actions that change nothing here: Ascent itself ignores them (deprecated there).
+_ASCENT_NOOP_ACTIONS = ("execute", "reset")
+#: Ascent's actions insitu refuses, with why.
+_ASCENT_UNSUPPORTED_ACTIONS = {"save_session": "not supported by insitu (expression sessions are not saved; "
+                                               "results()['queries'] holds the newest values)"}
+_ASCENT_SAVE_INFO = "out_ascent_info_%06d.yaml"
+
+
 def _from_ascent_actions(actions: list, problems: list[str]) -> dict:
+    """Ascent's list of actions as the configuration's sections. ``execute`` and ``reset``
+    are accepted and do nothing (as in Ascent, which deprecated them); ``save_info`` sets
+    the ``save_info`` path (its ``file_name``, default Ascent's ``out_ascent_info_%06d.yaml``)."""
     out: dict = {}
+    known = [*_ASCENT_ACTIONS, "save_info", *_ASCENT_NOOP_ACTIONS]
     for i, a in enumerate(actions):
         key = a.get("action") if isinstance(a, Mapping) else None
+        if key in _ASCENT_NOOP_ACTIONS:
+            continue
+        if key == "save_info":
+            name = a.get("file_name", _ASCENT_SAVE_INFO)
+            if not isinstance(name, str) or not name:
+                problems.append(f"actions[{i}]/file_name: expected a file name, got {_what(name)}")
+            out["save_info"] = name
+            continue
+        if key in _ASCENT_UNSUPPORTED_ACTIONS:
+            problems.append(f"actions[{i}]: action {key!r} is {_ASCENT_UNSUPPORTED_ACTIONS[key]}")
+            continue
         if key not in _ASCENT_ACTIONS:
-            problems.append(f"actions[{i}]: unknown action {key!r}; known: {', '.join(_ASCENT_ACTIONS)}")
+            problems.append(f"actions[{i}]: unknown action {_short(key)}; known: {', '.join(known)}")
             continue
         section = _ASCENT_ACTIONS[key]
         out.setdefault(section, {}).update(a.get(section) or {})
@@ -603,12 +677,38 @@ def _typed(entry, path: str, types: Mapping[str, Mapping], what: str, problems: 
 
 
 def _pipeline(p, path: str, problems: list[str]) -> dict:
+    """A pipeline's filters. Where it starts from another pipeline's output (Ascent's
+    ``pipeline: NAME`` beside the filters, or in a filter's map beside type and params),
+    that filter's ``input`` names it."""
     if not isinstance(p, Mapping) or not p:
         problems.append(f"{path}: expected a map of filters (name: {{type, params}}), got {_what(p)}")
         return {}
-    out = {}
+    from .pipelines import UNSUPPORTED_FILTERS
+
+    out: dict = {}
+    start = p.get("pipeline") if isinstance(p.get("pipeline"), str) else None
     for fname, f in p.items():
-        out[str(fname)] = _typed(f, f"{path}/{fname}", SCHEMA["filters"], "filter", problems)
+        if fname == "pipeline" and isinstance(f, str):
+            continue
+        fpath = f"{path}/{fname}"
+        ftype = f.get("type") if isinstance(f, Mapping) else None
+        if isinstance(ftype, str) and ftype in UNSUPPORTED_FILTERS:
+            problems.append(f"{fpath}/type: filter {ftype!r} is {UNSUPPORTED_FILTERS[ftype]}")
+            continue
+        source = None
+        for key in ("pipeline", "input"):  # input: the normalized form, validated again
+            if isinstance(f, Mapping) and key in f:
+                source = f[key]
+                if not isinstance(source, str) or not source:
+                    problems.append(f"{fpath}/{key}: expected a pipeline's name, got {_what(source)}")
+                f = {k: v for k, v in f.items() if k != key}
+        out[str(fname)] = _typed(f, fpath, SCHEMA["filters"], "filter", problems)
+        if start is not None and len(out) == 1 and source is None:
+            source = start
+        if isinstance(source, str) and source and out[str(fname)]:
+            out[str(fname)]["input"] = source
+        if out[str(fname)].get("params", {}).get("use_cell_gradient") == "true":
+            problems.append(f"{fpath}/params/use_cell_gradient: only point gradients are computed (give false)")
         prm = out[str(fname)].get("params", {})
         if out[str(fname)].get("type") == "contour" and (prm.get("iso_values") is None) == (prm.get("levels") is None):
             problems.append(f"{path}/{fname}/params: give exactly one of iso_values or levels")

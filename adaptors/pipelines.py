@@ -25,7 +25,8 @@ from .context import Context
 from .errors import MeshError
 from .mesh import CellDomain, Field, MeshDomain
 
-__all__ = ["Dataset", "FILTERS", "added_fields", "run_pipeline"]
+__all__ = ["Dataset", "FILTERS", "UNSUPPORTED_FILTERS", "added_fields", "pipeline_inputs", "pipeline_order",
+           "run_pipeline"]
 
 Domain = MeshDomain | CellDomain
 
@@ -136,12 +137,15 @@ def _xyz(v, path: str) -> list[float]:
     return out
 
 
-def _field_filter(make: Callable[[Domain, Mapping], tuple[str, Field]], *, vector: bool = False):
+def _field_filter(make: Callable[[Domain, Mapping], tuple[str, Field]], *, vector: bool = False,
+                  inputs: tuple[str, ...] = ("field",)):
     """A filter adding the field `make` computes on each domain (a vector's components too,
     as ``<name>/x|y|z``, the way the adaptor names an mcarray's). `vector`: its input is a
-    vector, named as the simulation named its mcarray."""
+    vector, named as the simulation named its mcarray; `inputs`: the params naming input fields."""
     def run(ds: Dataset, params: Mapping, ctx: Context, steer: Mapping) -> Dataset:
-        _require(ds, params["field"], vector=vector)
+        for k in inputs:
+            if params.get(k):
+                _require(ds, params[k], vector=vector)
         out = []
         for d in ds.domains:
             name, f = make(d, params)
@@ -224,6 +228,74 @@ def _recenter(d: Domain, p: Mapping) -> tuple[str, Field]:
     return out, Field(want, conv(d.mesh, f.values))
 
 
+def _log(base: str):
+    """Ascent's log/log2/log10: the field's logarithm (values below clamp_min_value first
+    raised to it); element or vertex as the field is."""
+    def make(d: Domain, p: Mapping) -> tuple[str, Field]:
+        f = d.fields[p["field"]]
+        xp = arrays.get_array_module(f.values)
+        v = f.values.astype(xp.float64)
+        if p.get("clamp_min_value") is not None:
+            v = xp.maximum(v, float(p["clamp_min_value"]))
+        fn = {"log": xp.log, "log2": xp.log2, "log10": xp.log10}[base]
+        with np.errstate(divide="ignore", invalid="ignore"):  # log of 0 or less: -inf / nan, as VTK-m's
+            out = fn(v)
+        return added_fields(base, p)[0], Field(f.association, out)
+    return make
+
+
+def _composite(d: Domain, p: Mapping) -> tuple[str, Field]:
+    names = [p[k] for k in ("field1", "field2", "field3") if p.get(k)]
+    fields = [d.fields[n] for n in names]
+    assoc = {f.association for f in fields}
+    if len(assoc) != 1:
+        raise MeshError(f"composite_vector: fields {', '.join(map(repr, names))} are not all vertex or all element "
+                        "fields")
+    xp = arrays.get_array_module(fields[0].values)
+    return added_fields("composite_vector", p)[0], _vector(assoc.pop(), [f.values.astype(xp.float64) for f in fields])
+
+
+def _jacobian(d: Domain, name: str) -> list[list]:
+    """J[i][j] = d(component i)/d(axis j) of vector field `name` at the domain's points
+    (element fields recentred first; a 2-component vector gets a zero third)."""
+    f = _vector_of(d, name)
+    keys = list(getattr(f, "components", None) or {})
+    if not 2 <= len(keys) <= 3:
+        raise MeshError(f"domain {d.domain_id}: field {name!r} is not a vector of 2 or 3 components (an mcarray)")
+    comps = [d.vertex_array(f"{name}/{k}") if f"{name}/{k}" in d.fields else f.components[k] for k in keys]
+    xp = arrays.get_array_module(comps[0])
+    if isinstance(d, MeshDomain):
+        sp = [float(s) for s in d.spacing]
+        rows = [list(xp.gradient(c.astype(xp.float64), *sp)) for c in comps]
+    else:
+        from render.cells.fields import gradient
+
+        g = gradient(d.mesh, xp.stack([c.astype(xp.float64) for c in comps], axis=1))  # (n, k, 3)
+        rows = [[g[:, i, j] for j in range(3)] for i in range(len(comps))]
+    if len(rows) == 2:
+        rows.append([xp.zeros_like(rows[0][0])] * 3)
+    return rows
+
+
+def _divergence(d: Domain, p: Mapping) -> tuple[str, Field]:
+    j = _jacobian(d, p["field"])
+    return added_fields("divergence", p)[0], Field("vertex", j[0][0] + j[1][1] + j[2][2])
+
+
+def _vorticity(d: Domain, p: Mapping) -> tuple[str, Field]:
+    j = _jacobian(d, p["field"])
+    curl = [j[2][1] - j[1][2], j[0][2] - j[2][0], j[1][0] - j[0][1]]
+    return added_fields("vorticity", p)[0], _vector("vertex", curl)
+
+
+def _qcriterion(d: Domain, p: Mapping) -> tuple[str, Field]:
+    """Q = (|Omega|^2 - |S|^2) / 2 = -sum_ij J_ij J_ji / 2 (as vtkGradientFilter)."""
+    j = _jacobian(d, p["field"])
+    q = -0.5 * (j[0][0] ** 2 + j[1][1] ** 2 + j[2][2] ** 2) - (j[0][1] * j[1][0] + j[0][2] * j[2][0]
+                                                               + j[1][2] * j[2][1])
+    return added_fields("qcriterion", p)[0], Field("vertex", q)
+
+
 def eikonal(ds: Dataset, params: Mapping, ctx: Context, steer: Mapping) -> Dataset:
     from .eikonal_filter import arrival_times
 
@@ -242,7 +314,36 @@ FILTERS: dict[str, Callable[..., Dataset]] = {
     "clip": clip, "clip_with_field": clip_with_field, "isovolume": isovolume,
     "vector_magnitude": _field_filter(_magnitude, vector=True),
     "vector_component": _field_filter(_component, vector=True),
-    "gradient": _field_filter(_gradient), "recenter": _field_filter(_recenter)}
+    "gradient": _field_filter(_gradient), "recenter": _field_filter(_recenter),
+    "log": _field_filter(_log("log")), "log2": _field_filter(_log("log2")), "log10": _field_filter(_log("log10")),
+    "composite_vector": _field_filter(_composite, inputs=("field1", "field2", "field3")),
+    "divergence": _field_filter(_divergence, vector=True), "vorticity": _field_filter(_vorticity, vector=True),
+    "qcriterion": _field_filter(_qcriterion, vector=True)}
+
+#: Ascent's filters insitu does not run: the reason, given in the configuration error.
+UNSUPPORTED_FILTERS: dict[str, str] = {
+    "exaslice": "not supported by insitu (use slice or 3slice)",
+    "auto_slice": "not supported by insitu (use slice)",
+    "transform": "not supported by insitu",
+    "particle_advection": "not supported by insitu",
+    "streamline": "not supported by insitu",
+    "warpx_streamline": "not supported by insitu",
+    "sample": "not supported by insitu",
+    "sample_grid": "not supported by insitu",
+    "mir": "not supported by insitu",
+    "add_mpi_ranks": "not supported by insitu",
+    "add_domain_ids": "not supported by insitu",
+    "partition": "not supported by insitu",
+    "revolve": "not supported by insitu",
+    "extrude": "not supported by insitu",
+    "histsampling": "not supported by insitu",
+    "triangulate": "not supported by insitu",
+    "project_2d": "not supported by insitu",
+    "dray_project_2d": "not supported by insitu",
+    "dray_reflect": "not supported by insitu",
+    "lagrangian": "not supported by insitu",
+    "uniform_grid": "not supported by insitu",
+}
 
 
 def added_fields(ftype: str, params: Mapping) -> list[str]:
@@ -258,6 +359,14 @@ def added_fields(ftype: str, params: Mapping) -> list[str]:
         return [g, *(f"{g}/{c}" for c in "xyz")]
     if ftype == "recenter":
         return [out or f]
+    if ftype in ("log", "log2", "log10"):
+        return [out or f"{ftype}({f})"]
+    if ftype in ("composite_vector", "vorticity"):
+        v = out or ("vorticity" if ftype == "vorticity" else "composite_vector")
+        n = 3 if ftype == "vorticity" or params.get("field3") else 2
+        return [v, *(f"{v}/{c}" for c in "xyz"[:n])]
+    if ftype in ("divergence", "qcriterion"):
+        return [out or ftype]
     return []
 
 
@@ -267,12 +376,55 @@ def _require(ds: Dataset, field: str, *, vector: bool = False) -> None:
             raise MeshError(f"domain {d.domain_id}: no field {field!r}; fields: {', '.join(sorted(d.fields))}")
 
 
+def pipeline_inputs(filters: Mapping[str, Mapping]) -> list[str]:
+    """The pipelines whose outputs a pipeline's filters start from (their ``input`` key)."""
+    return [f["input"] for f in filters.values() if isinstance(f, Mapping) and f.get("input")]
+
+
+def pipeline_order(pipelines: Mapping[str, Mapping[str, Mapping]], wanted=None) -> list[str]:
+    """Pipelines in an order where each comes after the pipelines it starts from: `wanted`
+    (default: all) and every pipeline they read, in configuration order where free.
+
+    Raises
+    ------
+    ValueError
+        A cycle ("pipelines pl1 -> pl2 -> pl1 form a cycle") or an unknown input.
+    """
+    order: list[str] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: placed
+
+    def visit(name: str, path: list[str]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            cyc = path[path.index(name):] + [name]
+            raise ValueError(f"pipelines {' -> '.join(cyc)} form a cycle (each starts from the next one's output)")
+        if name not in pipelines:
+            raise ValueError(f"pipelines/{path[-1]}: starts from unknown pipeline {name!r}; known: "
+                             f"{', '.join(pipelines) or 'none'}")
+        state[name] = 1
+        for dep in pipeline_inputs(pipelines[name]):
+            visit(dep, path + [name])
+        state[name] = 2
+        order.append(name)
+
+    for name in pipelines:
+        if wanted is None or name in wanted:
+            visit(name, [])
+    return order
+
+
 def run_pipeline(name: str, filters: Mapping[str, Mapping], domains: list[Domain], ctx: Context,
-                 steer: Mapping[str, Any]) -> Dataset:
+                 steer: Mapping[str, Any], outputs: Mapping[str, Dataset] | None = None) -> Dataset:
     """Run pipeline `name` on this rank's domains; `steer` holds steered values by
-    filter name ({"f1": {"iso_values": [...]}})."""
+    filter name ({"f1": {"iso_values": [...]}}). A filter with an ``input`` starts from
+    that pipeline's output in `outputs` (run first: :func:`pipeline_order`)."""
     ds = Dataset(list(domains))
     for fname, f in filters.items():
+        if f.get("input"):
+            if outputs is None or f["input"] not in outputs:
+                raise ValueError(f"pipelines/{name}/{fname}: pipeline {f['input']!r} has not run")
+            ds = outputs[f["input"]]
         try:
             ds = FILTERS[f["type"]](ds, f["params"], ctx, steer.get(fname, {}))
         except Exception as e:

@@ -1,0 +1,279 @@
+"""Ascent's actions files, written as Ascent's documentation writes them (YAML list form),
+loaded and run through adaptors.Adaptor on small uniform meshes.
+
+References: analytic fields (a bilinear velocity's divergence, curl and Q-criterion are
+exact under central and one-sided differences alike), NumPy's log on the same values,
+file names as Ascent's documentation gives them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import yaml
+
+import adaptors
+from adaptors.config import load
+from adaptors.context import Context
+from adaptors.errors import ConfigError
+from adaptors.mesh import parse, unstructured
+from adaptors.pipelines import run_pipeline
+from render.cells import grid_cells
+from render.image import read_png
+
+N = 9
+H = 2.0 / (N - 1)
+
+
+def axes():
+    return [np.linspace(-1.0, 1.0, N)] * 3
+
+
+def grid(**extra):
+    """A uniform grid over [-1, 1]^3 with T = 2 + x (positive), r, and a bilinear velocity
+    (u, v, w) = (x y, y z, z x) as an mcarray."""
+    x, y, z = np.meshgrid(*axes(), indexing="ij")
+    m = adaptors.uniform({"T": 2.0 + x, "r": np.sqrt(x * x + y * y + z * z), **extra}, origin=(-1.0,) * 3,
+                         spacing=(H,) * 3)
+    m["fields"]["velocity"] = {"association": "vertex", "topology": "mesh",
+                               "values": {"u": np.asfortranarray(x * y), "v": np.asfortranarray(y * z),
+                                          "w": np.asfortranarray(z * x)}}
+    return m, (x, y, z)
+
+
+def hexes():
+    """The same grid as unstructured hexahedra, with the same fields."""
+    c = grid_cells(*axes())
+    p = c.points
+    x, y, z = p[:, 0], p[:, 1], p[:, 2]
+    m = unstructured(p, c.connectivity, "hex", {"T": 2.0 + x, "r": np.sqrt((p ** 2).sum(axis=1))})
+    m["fields"]["velocity"] = {"association": "vertex", "topology": "mesh",
+                               "values": {"u": x * y, "v": y * z, "w": z * x}}
+    return m, (x, y, z)
+
+
+def run_all(text: str, mesh) -> dict:
+    """Every pipeline of an actions file, in dependency order: {name: Dataset}."""
+    from adaptors.pipelines import pipeline_order
+
+    cfg = load(text)
+    outputs: dict = {}
+    for p in pipeline_order(cfg["pipelines"]):
+        outputs[p] = run_pipeline(p, cfg["pipelines"][p], parse(mesh, cells=True), Context(), {}, outputs)
+    return outputs
+
+
+def run_yaml(text: str, mesh, name: str = "pl1"):
+    return run_all(text, mesh)[name].domains
+
+
+def values(d, name):
+    return np.asarray(d.fields[name].values).ravel()
+
+
+# -- actions ---------------------------------------------------------------------------------------
+
+
+ACTIONS = """
+-
+  action: "add_pipelines"
+  pipelines:
+    pl1:
+      f1:
+        type: "contour"
+        params:
+          field: "r"
+          iso_values: 0.5
+-
+  action: "add_scenes"
+  scenes:
+    s1:
+      plots:
+        p1:
+          type: "pseudocolor"
+          pipeline: "pl1"
+          field: "T"
+      image_prefix: "{prefix}"
+-
+  action: "execute"
+-
+  action: "reset"
+"""
+
+
+def test_execute_and_reset_are_accepted_and_the_scene_runs(tmp_path):
+    # Ascent deprecated both: they change nothing (the scene added before reset still runs).
+    cfg = load(ACTIONS.format(prefix=tmp_path / "contour_%04d"))
+    assert list(cfg["scenes"]) == ["s1"] and list(cfg["pipelines"]) == ["pl1"]
+    with adaptors.Adaptor(cfg) as a:
+        assert a.execute(3, 0.0, grid()[0]), a.results()["errors"]
+    img = read_png(tmp_path / "contour_0003.png")
+    assert (img[..., 3] > 0).any() and os.path.getsize(tmp_path / "contour_0003.png") > 0
+
+
+def test_save_info_writes_ascents_default_name_and_an_explicit_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    text = ACTIONS.format(prefix=tmp_path / "img_%04d") + '-\n  action: "save_info"\n'
+    with adaptors.Adaptor(text) as a:
+        assert a.execute(100, 1.5, grid()[0]), a.results()["errors"]
+    # Ascent: out_ascent_info_{cycle:06d}.yaml in the working directory
+    info = yaml.safe_load((tmp_path / "out_ascent_info_000100.yaml").read_text())
+    assert info["state"] == {"cycle": 100, "time": 1.5}
+    assert info["images"] == [{"image_name": str(tmp_path / "img_0100.png")}]
+    assert "s1" in info["actions"]["scenes"]
+    named = [{"action": "save_info", "file_name": str(tmp_path / "mine.yaml")}]
+    with adaptors.Adaptor(named) as a:
+        assert a.execute(1, 0.0, grid()[0])
+    assert yaml.safe_load((tmp_path / "mine.yaml").read_text())["state"]["cycle"] == 1
+
+
+def test_unsupported_actions_and_filters_are_named():
+    with pytest.raises(ConfigError) as e:
+        load([{"action": "save_session"}, {"action": "add_bananas"},
+              {"action": "add_pipelines", "pipelines": {"pl1": {"f1": {"type": "exaslice", "params": {}}}}}])
+    text = str(e.value)
+    assert "actions[0]: action 'save_session' is not supported by insitu" in text
+    assert "actions[1]: unknown action 'add_bananas'; known: add_pipelines" in text and "save_info" in text
+    assert "pipelines/pl1/f1/type: filter 'exaslice' is not supported by insitu" in text
+
+
+# -- pipeline chaining ------------------------------------------------------------------------------
+
+
+def test_a_pipeline_starts_from_another_pipelines_output(tmp_path):
+    text = f"""
+-
+  action: "add_pipelines"
+  pipelines:
+    pl2:
+      pipeline: "pl1"
+      f1:
+        type: "contour"
+        params:
+          field: "log(T)"
+          iso_values: {float(np.log(2.0))}
+    pl1:
+      f1:
+        type: "log"
+        params:
+          field: "T"
+-
+  action: "add_scenes"
+  scenes:
+    s1:
+      plots:
+        p1:
+          type: "pseudocolor"
+          pipeline: "pl2"
+          field: "T"
+      image_prefix: "{tmp_path / 'chain_%04d'}"
+"""
+    cfg = load(text)
+    assert cfg["pipelines"]["pl2"]["f1"]["input"] == "pl1"
+    mesh = grid()[0]
+    with adaptors.Adaptor(cfg) as a:
+        assert a.execute(0, 0.0, mesh), a.results()["errors"]
+    assert (read_png(tmp_path / "chain_0000.png")[..., 3] > 0).any()
+    # the contour of log(T) at log 2 is the plane x = 0: its surface carries pl1's field
+    ds = run_all(text, mesh)["pl2"]
+    (d,) = ds.domains
+    np.testing.assert_allclose(d.fields["log(T)"].values, np.log(d.fields["T"].values))
+    assert ds.surface.field == "log(T)" and ds.surface.levels == [pytest.approx(np.log(2.0))]
+
+
+def test_a_filter_names_its_input_pipeline_and_cycles_are_refused():
+    cfg = load({"pipelines": {"a": {"f": {"type": "log10", "params": {"field": "T"}}},
+                              "b": {"f": {"type": "log2", "pipeline": "a", "params": {"field": "log10(T)",
+                                                                                     "clamp_min_value": 0.1}}}}})
+    (d,) = run_yaml(yaml.safe_dump({"pipelines": {k: {f: {"type": v["type"], "params": v["params"],
+                                                           **({"pipeline": v["input"]} if "input" in v else {})}
+                                                       for f, v in p.items()}
+                                                   for k, p in cfg["pipelines"].items()}}), grid()[0], "b")
+    t = values(d, "T")
+    np.testing.assert_allclose(values(d, "log2(log10(T))"), np.log2(np.maximum(np.log10(t), 0.1)))
+    with pytest.raises(ConfigError, match=r"pipelines a -> b -> a form a cycle"):
+        load({"pipelines": {"a": {"pipeline": "b", "f": {"type": "log", "params": {"field": "T"}}},
+                            "b": {"pipeline": "a", "f": {"type": "log", "params": {"field": "T"}}}}})
+    with pytest.raises(ConfigError, match=r"starts from unknown pipeline 'zz'"):
+        load({"pipelines": {"a": {"pipeline": "zz", "f": {"type": "log", "params": {"field": "T"}}}}})
+
+
+# -- filters -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [grid, hexes], ids=["grid", "hexes"])
+def test_divergence_vorticity_and_qcriterion_of_a_bilinear_velocity(make):
+    mesh, (x, y, z) = make()
+    text = """
+-
+  action: "add_pipelines"
+  pipelines:
+    pl1:
+      f1:
+        type: "divergence"
+        params:
+          field: "velocity"
+          output_name: "my_div"
+          use_cell_gradient: "false"
+      f2:
+        type: "vorticity"
+        params:
+          field: "velocity"
+          output_name: "my_vorticity"
+          use_cell_gradient: "false"
+      f3:
+        type: "qcriterion"
+        params:
+          field: "velocity"
+          output_name: "my_q"
+          use_cell_gradient: "false"
+"""
+    (d,) = run_yaml(text, mesh)
+    x, y, z = (np.ravel(a) for a in (x, y, z))
+    # J = [[y, x, 0], [0, z, y], [z, 0, x]]: exact for products linear in each variable
+    np.testing.assert_allclose(values(d, "my_div"), x + y + z, atol=1e-9)
+    for c, want in zip("xyz", (-y, -z, -x)):
+        np.testing.assert_allclose(values(d, f"my_vorticity/{c}"), want, atol=1e-9)
+    np.testing.assert_allclose(values(d, "my_q"), -0.5 * (x * x + y * y + z * z), atol=1e-9)
+
+
+def test_log_filters_and_composite_vector_against_numpy():
+    mesh, (x, y, z) = grid()
+    text = """
+-
+  action: "add_pipelines"
+  pipelines:
+    pl1:
+      f1:
+        type: "log"
+        params:
+          field: "T"
+          output_name: "lnT"
+      f2:
+        type: "log10"
+        params:
+          field: "r"
+          clamp_min_value: 0.5
+      f3:
+        type: "composite_vector"
+        params:
+          field1: "T"
+          field2: "r"
+          field3: "lnT"
+          output_name: "my_vec"
+      f4:
+        type: "vector_magnitude"
+        params:
+          field: "my_vec"
+          output_name: "mag"
+"""
+    (d,) = run_yaml(text, mesh)
+    t, r = (2.0 + x).ravel(), np.sqrt(x * x + y * y + z * z).ravel()
+    np.testing.assert_allclose(values(d, "lnT"), np.log(t), rtol=1e-14)
+    np.testing.assert_allclose(values(d, "log10(r)"), np.log10(np.maximum(r, 0.5)), rtol=1e-14)
+    np.testing.assert_array_equal(values(d, "my_vec/x"), t)
+    np.testing.assert_array_equal(values(d, "my_vec/z"), np.log(t))
+    assert d.fields["my_vec/y"].values.dtype == np.float64
+    np.testing.assert_allclose(values(d, "mag"), np.sqrt(t * t + r * r + np.log(t) ** 2), rtol=1e-12)
