@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -229,3 +230,27 @@ def test_warmup_runs_every_scene_of_a_configuration(tmp_path, capsys):
     bad["scenes"]["s"]["renders"]["r"]["image_width"] = 0
     assert main(["warmup", _write(tmp_path, bad)]) == 1
     assert "image_width: must be 1..16384" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rank", [None, "1"])
+def test_the_first_compile_of_a_process_is_announced_once_at_the_adaptors_default_level(tmp_path, rank):
+    # The adaptor's default `log: errors` shows WARNING and above; two kernels compile, one line says
+    # so, on rank 0 only (every rank compiles the same kernels).
+    code = textwrap.dedent("""
+        import numba
+        import insitu.log
+        insitu.log.enable("WARNING")
+        insitu.log.watch_jit("insitu_test_first")
+        ns = {"__name__": "insitu_test_first.kernels", "numba": numba}
+        exec("@numba.njit\\ndef f(x):\\n    return x + 1\\n@numba.njit\\ndef g(x):\\n    return x * 2\\n", ns)
+        assert ns["f"](1) == 2 and ns["g"](2.0) == 4.0 and ns["f"](1.5) == 2.5
+    """)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "OMPI_COMM_WORLD_RANK": rank or ""})
+    assert p.returncode == 0, p.stderr
+    lines = p.stderr.splitlines()
+    if rank:
+        assert lines == []
+        return
+    assert len(lines) == 1 and "WARNING insitu_test_first.kernels: first run: compiling kernels" in lines[0], lines
+    assert "`insitu warmup` does this ahead of a job" in lines[0]
