@@ -6,8 +6,9 @@
     insitu check     validate a configuration as the adaptor would (and against a recorded mesh);
                      print what each step will do
     insitu warmup    compile the kernels a configuration needs (or all of them) ahead of a job
+    insitu replay    re-run a configuration on the meshes an hdf5 extract recorded (under mpiexec too)
 
-``check`` and ``warmup`` use the adaptor package, the layer above this runtime: it is found
+``check``, ``warmup`` and ``replay`` use the adaptor package, the layer above this runtime: it is found
 through its ``insitu.adaptor`` entry point (:mod:`insitu.plugins`) when the command runs.
 """
 
@@ -591,6 +592,104 @@ def warmup(args: argparse.Namespace) -> int:
     return 1 if out["errors"] else 0
 
 
+# --------------------------------------------------------------------------- replay
+
+
+def recorded_steps(paths: list[str]) -> list[tuple[int, float, list[str]]]:
+    """Group the files of an ``hdf5`` extract by the step they recorded.
+
+    Parameters
+    ----------
+    paths : list of str
+        Files, directories (their ``*.h5`` files) or glob patterns.
+
+    Returns
+    -------
+    list of (step, time, files)
+        Sorted by step; each step's files sorted by name (``<path>.rank<r>.h5``: rank order).
+    """
+    import glob
+
+    import h5py
+
+    files: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            files += sorted(glob.glob(os.path.join(p, "*.h5")) + glob.glob(os.path.join(p, "*.hdf5")))
+        elif glob.has_magic(p):
+            files += sorted(glob.glob(p))
+        else:
+            files.append(p)
+    if not files:
+        raise ValueError(f"no recorded files in {' '.join(paths)}")
+    steps: dict[int, tuple[float, list[str]]] = {}
+    for path in files:
+        with h5py.File(path, "r") as f:
+            step, time = int(f.attrs.get("step", 0)), float(f.attrs.get("time", 0.0))
+        steps.setdefault(step, (time, []))[1].append(path)
+    return [(s, t, sorted(fs, key=_rank_order)) for s, (t, fs) in sorted(steps.items())]
+
+
+def _rank_order(path: str) -> tuple[int, str]:
+    m = re.search(r"\.rank(\d+)\.[^.]+$", path)
+    return (int(m.group(1)) if m else -1, path)
+
+
+def _world() -> Any:
+    """COMM_WORLD when started by an MPI launcher with several ranks, else None (one process)."""
+    from .log import rank
+
+    if rank() is None:
+        return None
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD if MPI.COMM_WORLD.Get_size() > 1 else None
+
+
+def replay(args: argparse.Namespace) -> int:
+    """``insitu replay RECORDING... --config CONFIG``: 0 every step ran, 1 some failed, 2 bad input."""
+    import time
+
+    ad = _adaptor_package()
+    comm = _world()
+    rank, size = (comm.Get_rank(), comm.Get_size()) if comm is not None else (0, 1)
+
+    def say(msg: str, err: bool = False) -> None:
+        if rank == 0:
+            print(f"insitu replay: {msg}", file=sys.stderr if err else sys.stdout, flush=True)
+
+    try:
+        cfg = ad.load(args.config)
+        steps = recorded_steps(args.recording)
+    except ad.ConfigError as e:
+        say(f"{args.config}: {e}", err=True)
+        return 2
+    except (OSError, ValueError) as e:
+        say(str(e), err=True)
+        return 2
+    if args.steps:
+        lo, _, hi = args.steps.partition(":")
+        steps = [s for s in steps if (not lo or s[0] >= int(lo)) and (not hi or s[0] < int(hi))]
+    failed = 0
+    t_start = time.perf_counter()
+    with ad.Adaptor(args.config, comm) as a:
+        for i, (step, t, files) in enumerate(steps):
+            t0 = time.perf_counter()
+            # Each rank takes every size-th file: a run recorded on as many ranks replays rank by rank.
+            domains = [d for path in files[rank::size] for d in read_mesh(path, cfg["ghost_field"])[0]]
+            ok = a.execute(step, t, domains)
+            failed += not ok
+            done = i + 1
+            bar = "#" * (20 * done // len(steps))
+            say(f"[{bar:<20}] {done}/{len(steps)} step {step} {'ok' if ok else 'FAILED'} "
+                f"({time.perf_counter() - t0:.2f} s)")
+        errors = a.results()["errors"]
+    for e in errors:
+        say(f"error: {e}", err=True)
+    say(f"{len(steps)} steps replayed on {size} rank(s) in {time.perf_counter() - t_start:.1f} s, {failed} failed")
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="insitu", description="in-situ GPU visualization runtime")
     ap.add_argument("--version", action="version", version=f"insitu {__version__}")
@@ -639,6 +738,15 @@ def main(argv: list[str] | None = None) -> int:
     wp.add_argument("--cells", action="store_true",
                     help="also meshes of cells (unstructured hexahedra); always without CONFIG")
     wp.add_argument("-v", "--verbose", action="store_true", help="print each kernel as it compiles")
+    rp = sub.add_parser("replay", help="re-run a configuration on the meshes an hdf5 extract recorded",
+                        description="Run the adaptor with CONFIG on the steps an hdf5 extract recorded, step by "
+                                    "step, as the simulation would have: frames and extracts as CONFIG says. "
+                                    "Under mpiexec each rank takes every N-th file of a step (a run recorded on "
+                                    "N ranks replays rank by rank on N ranks).")
+    rp.add_argument("recording", metavar="RECORDING", nargs="+",
+                    help="the extract's files (one per step and rank), a directory of them, or a glob pattern")
+    rp.add_argument("--config", required=True, metavar="CONFIG", help="the adaptor's configuration to run")
+    rp.add_argument("--steps", metavar="A:B", help="only steps A <= step < B (either end may be left out)")
     args = ap.parse_args(argv)
     if args.command == "info":
         for k, v in info().items():
@@ -649,6 +757,8 @@ def main(argv: list[str] | None = None) -> int:
         return check(args)
     elif args.command == "warmup":
         return warmup(args)
+    elif args.command == "replay":
+        return replay(args)
     return 0
 
 

@@ -254,3 +254,32 @@ def test_the_first_compile_of_a_process_is_announced_once_at_the_adaptors_defaul
         return
     assert len(lines) == 1 and "WARNING insitu_test_first.kernels: first run: compiling kernels" in lines[0], lines
     assert "`insitu warmup` does this ahead of a job" in lines[0]
+
+
+# -- insitu replay --------------------------------------------------------------------------------
+
+def test_replay_with_another_configuration_draws_the_live_frames(tmp_path, capsys):
+    from render.image import read_png
+
+    meshes = [sphere_mesh(ghost=1), sphere_mesh(R * 1.25, ghost=((1, 0), (0, 1), (2, 0)))]
+    record = {"extracts": {"h": {"type": "hdf5", "params": {"path": str(tmp_path / "rec" / "m_%03d")}}}}
+    with adaptors.Adaptor(record) as a:
+        for step, mesh in enumerate(meshes):
+            assert a.execute(step * 10, step * 0.5, mesh)
+    live = config(tmp_path / "live", iso=0.9)
+    with adaptors.Adaptor(live) as a:
+        for step, mesh in enumerate(meshes):
+            assert a.execute(step * 10, step * 0.5, mesh)
+    again = _write(tmp_path, config(tmp_path / "replay", iso=0.9))
+    assert main(["replay", str(tmp_path / "rec"), "--config", again]) == 0
+    out = capsys.readouterr().out
+    assert "[##########          ] 1/2 step 0 ok" in out and "2 steps replayed on 1 rank(s)" in out
+    for step in (0, 10):
+        a = read_png(tmp_path / "live" / f"frame_{step:03d}.png")
+        b = read_png(tmp_path / "replay" / f"frame_{step:03d}.png")
+        assert (a[..., 3] > 0).mean() > 0.05  # a sphere was drawn
+        np.testing.assert_array_equal(a, b)
+    assert main(["replay", str(tmp_path / "rec" / "m_01*.h5"), "--config", again, "--steps", "5:"]) == 0
+    assert "1 steps replayed" in capsys.readouterr().out
+    assert main(["replay", str(tmp_path / "nothing*.h5"), "--config", again]) == 2
+    assert "no recorded files" in capsys.readouterr().err
