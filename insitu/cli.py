@@ -131,8 +131,9 @@ def view(args: argparse.Namespace) -> int:
 
     try:
         print(f"insitu view: serving {v.url} for {args.stream}", flush=True)
-        if not ipaddress.ip_address(v.host.split("%")[0]).is_loopback:
-            err(f"warning: serving on {args.host} ({v.host}), not a loopback address: anyone who can reach "
+        host = str(v.host)
+        if not ipaddress.ip_address(host.split("%")[0]).is_loopback:
+            err(f"warning: serving on {args.host} ({host}), not a loopback address: anyone who can reach "
                 f"port {v.port} of this machine may try it, and plain HTTP carries the token and the frames "
                 "unencrypted; prefer the default 127.0.0.1 with an SSH tunnel (ssh -L)")
         if not args.no_browser:
@@ -203,7 +204,7 @@ def read_mesh(path: str, ghost_field: str = "ascent_ghosts") -> tuple[list[dict]
     import h5py
     import numpy as np
 
-    out = []
+    out: list[dict] = []
     with h5py.File(path, "r") as f:
         step, time = int(f.attrs.get("step", 0)), float(f.attrs.get("time", 0.0))
         for gname in sorted(f):
@@ -585,8 +586,9 @@ def warmup(args: argparse.Namespace) -> int:
     except ad.ConfigError as e:
         print(f"insitu warmup: {args.config}: {e}", file=sys.stderr)
         return 1
-    for e in out["errors"]:
-        print(f"insitu warmup: failed on a small mesh (its kernels may compile in the job): {e}", file=sys.stderr)
+    for problem in out["errors"]:
+        print(f"insitu warmup: failed on a small mesh (its kernels may compile in the job): {problem}",
+              file=sys.stderr)
     what = f"{len(out['compiled'])} kernels compiled" if out["compiled"] else "nothing to compile: all were cached"
     print(f"insitu warmup: done in {time.perf_counter() - t0:.1f} s, {what}", flush=True)
     return 1 if out["errors"] else 0
@@ -684,8 +686,8 @@ def replay(args: argparse.Namespace) -> int:
             say(f"[{bar:<20}] {done}/{len(steps)} step {step} {'ok' if ok else 'FAILED'} "
                 f"({time.perf_counter() - t0:.2f} s)")
         errors = a.results()["errors"]
-    for e in errors:
-        say(f"error: {e}", err=True)
+    for problem in errors:
+        say(f"error: {problem}", err=True)
     say(f"{len(steps)} steps replayed on {size} rank(s) in {time.perf_counter() - t_start:.1f} s, {failed} failed")
     return 1 if failed else 0
 

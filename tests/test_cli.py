@@ -283,3 +283,32 @@ def test_replay_with_another_configuration_draws_the_live_frames(tmp_path, capsy
     assert "1 steps replayed" in capsys.readouterr().out
     assert main(["replay", str(tmp_path / "nothing*.h5"), "--config", again]) == 2
     assert "no recorded files" in capsys.readouterr().err
+
+
+@pytest.mark.mpi
+def test_replay_of_a_4_rank_run_under_mpiexec_draws_the_live_frames(mpi, tmp_path):
+    # The demo records its blocks on 4 ranks (an hdf5 extract only); the same run drawing another
+    # configuration live, and `insitu replay` of the recording with it on 4 ranks, give the same frames.
+    from render.image import read_png
+
+    script = os.path.join(ROOT, "examples", "eikonal_insitu.py")
+    common = ["--shape", 20, 18, 16, "--steps", 2]
+    rec = {"extracts": {"h": {"type": "hdf5", "params": {"path": str(tmp_path / "rec" / "s%02d")}}}}
+    record = _write(tmp_path, rec, "record.yaml")
+    p = mpi(4, script, *common, "--config", record, "--out", tmp_path / "unused")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert len(os.listdir(tmp_path / "rec")) == 8  # 2 steps x 4 ranks
+    draw = {"pipelines": {"pl": {"c": {"type": "contour", "params": {"field": "T", "iso_values": [0.3]}}}},
+            "scenes": {"s": {"plots": {"p": {"type": "pseudocolor", "pipeline": "pl", "field": "speed"}},
+                             "renders": {"r": {"image_width": 64, "image_height": 48,
+                                               "camera": {"azimuth": 30, "elevation": 20},
+                                               "image_prefix": str(tmp_path / "replay" / "frame_%04d")}}}}}
+    p = mpi(4, script, *common, "--config", _write(tmp_path, draw, "draw.yaml"), "--out", tmp_path / "live")
+    assert p.returncode == 0, p.stdout + p.stderr
+    p = mpi(4, "-m", "insitu", "replay", tmp_path / "rec", "--config", tmp_path / "draw.yaml")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "2 steps replayed on 4 rank(s)" in p.stdout
+    for step in (0, 1):
+        live = read_png(tmp_path / "live" / f"frame_{step:04d}.png")
+        assert (live[..., 3] > 0).mean() > 0.02
+        np.testing.assert_array_equal(read_png(tmp_path / "replay" / f"frame_{step:04d}.png"), live)
