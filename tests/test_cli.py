@@ -110,7 +110,7 @@ def test_check_rejects_what_the_adaptor_rejects_with_its_message(tmp_path, capsy
     else:
         path, where = str(tmp_path / "missing.yaml"), "cannot read"
     message = _adaptor_refuses(path)
-    assert re.search(where, message), (where, message)
+    assert re.search(where.split(": ")[0], message), (where, message)  # the case's fault, by its path
     assert main(["check", path]) == 1
     captured = capsys.readouterr()
     assert captured.err == f"insitu check: {path}: {message}\n" and captured.out == ""
