@@ -216,6 +216,12 @@ _CAMERA = {
     "up": P("direction", "up direction (default [0, 1, 0]; the default view looks along -z); not along the "
             "viewing direction"),
     "fov": P("number", "vertical field of view", 30.0, lo=0, hi=180, lo_open=True, hi_open=True, unit="degrees"),
+    "xpan": P("number", "Ascent's pan: the view moved sideways by this fraction of the image's half-width at the "
+              "look-at distance (positive: the data moves right)", 0.0, lo=-1e6, hi=1e6),
+    "ypan": P("number", "the same upwards, a fraction of the half-height", 0.0, lo=-1e6, hi=1e6),
+    "near_plane": P("number", "near clip distance (default: fitted to the data)", lo=0, lo_open=True),
+    "far_plane": P("number", "far clip distance, beyond near_plane (default: fitted to the data)", lo=0,
+                   lo_open=True),
 }
 _ISO_VALUES = P("numbers", "iso values (steerable)", size=(1, MAX_ISO_VALUES))
 _USER_PARAM = P("number", "a user parameter's value")
@@ -394,7 +400,10 @@ SCHEMA: dict[str, Any] = {
     "render": {
         "image_width": P("int", "image width", 512, lo=1, hi=16384, unit="pixels"),
         "image_height": P("int", "image height", 512, lo=1, hi=16384, unit="pixels"),
-        "image_prefix": P("str", "PNG path; %d-style formats take the step (out/frame_%04d -> out/frame_0007.png)"),
+        "image_prefix": P("str", "PNG path; %d-style formats take the step (out/frame_%04d -> out/frame_0007.png); "
+                          "without a %, Ascent's rule: the step appended as is (out/image_ -> out/image_7.png)"),
+        "image_name": P("str", "Ascent's exact PNG path without the extension (.png is appended; the same file "
+                        "every step); instead of image_prefix"),
         "camera": P("map", "camera: azimuth/elevation/zoom about the data, or position/look_at/up/fov"),
         "bg_color": P("numbers", "background [r, g, b] or [r, g, b, a]", [1.0, 1.0, 1.0], lo=0, hi=1, size=(3, 4)),
         "annotations": P("bool", "draw the colour legend (the first plot's field, range, colormap), the step and "
@@ -718,8 +727,8 @@ def _pipeline(p, path: str, problems: list[str]) -> dict:
 def _scene(s, path: str, pipelines: Mapping, problems: list[str]) -> dict:
     s = s if isinstance(s, Mapping) else {}
     for k in s:
-        if k not in ("plots", "renders", "image_prefix"):
-            problems.append(f"{path}: unknown key {k!r}; known: plots, renders, image_prefix")
+        if k not in ("plots", "renders", "image_prefix", "image_name"):
+            problems.append(f"{path}: unknown key {k!r}; known: plots, renders, image_prefix, image_name")
     plots = {}
     given = s.get("plots")
     if not isinstance(given, Mapping) or not given:
@@ -727,6 +736,11 @@ def _scene(s, path: str, pipelines: Mapping, problems: list[str]) -> dict:
         given = {}
     for name, p in given.items():
         ppath = f"{path}/plots/{name}"
+        if isinstance(p, Mapping) and p.get("type") in UNSUPPORTED_PLOTS:
+            problems.append(f"{ppath}/type: plot {p['type']!r} is {UNSUPPORTED_PLOTS[p['type']]}")
+            continue
+        if isinstance(p, Mapping) and isinstance(p.get("color_table"), Mapping):
+            p = {**p, "color_table": _ascent_color_table(p["color_table"], f"{ppath}/color_table", problems)}
         if not isinstance(p, Mapping) or p.get("type") not in SCHEMA["plots"]:
             t = p.get("type") if isinstance(p, Mapping) else None
             problems.append(f"{ppath}/type: unknown plot {t!r}; known: {', '.join(SCHEMA['plots'])}")
@@ -744,12 +758,20 @@ def _scene(s, path: str, pipelines: Mapping, problems: list[str]) -> dict:
     renders = {}
     given = s.get("renders")
     if given is None:
-        given = {"default": {"image_prefix": s.get("image_prefix") or f"{path.split('/')[-1]}_%04d"}}
+        given = {"default": {"image_name": s["image_name"]} if s.get("image_name") else
+                 {"image_prefix": s.get("image_prefix") or f"{path.split('/')[-1]}_%04d"}}
     if not isinstance(given, Mapping):
         problems.append(f"{path}/renders: expected a map of renders, got {_what(given)}")
         given = {}
     for name, r in given.items():
         rpath = f"{path}/renders/{name}"
+        if isinstance(r, Mapping) and "type" in r:
+            t = r["type"]
+            problems.append(f"{rpath}/type: {_short(t)} renders are {UNSUPPORTED_RENDERS.get(t, 'unknown')}"
+                            if t in UNSUPPORTED_RENDERS else f"{rpath}/type: unknown render type {_short(t)}")
+            continue
+        if isinstance(r, Mapping) and r.get("image_name") and r.get("image_prefix"):
+            problems.append(f"{rpath}: give one of image_name or image_prefix")
         if isinstance(r, Mapping) and r.get("annotations") in ("true", "false"):  # Ascent writes strings
             r = {**r, "annotations": r["annotations"] == "true"}
         q = _params(r, SCHEMA["render"], rpath, problems)
@@ -759,6 +781,38 @@ def _scene(s, path: str, pipelines: Mapping, problems: list[str]) -> dict:
             problems.extend(camera_problems(q["camera"], f"{rpath}/camera"))
         renders[str(name)] = q
     return {"plots": plots, "renders": renders}
+
+
+#: Ascent's plot types insitu does not draw, with why.
+UNSUPPORTED_PLOTS = {"mesh": "not supported by insitu (the mesh's edges are not drawn; a pseudocolor plot of the "
+                             "mesh draws its surface)"}
+#: Ascent's render types insitu does not make, with why.
+UNSUPPORTED_RENDERS = {"cinema": "not supported by insitu (no Cinema database: phi, theta, db_name)",
+                       "auto_camera": "not supported by insitu (give a camera)"}
+#: Ascent's (VTK-m's) colour table names, lower-cased, for the insitu tables that are the same map.
+ASCENT_COLOR_TABLES = {"viridis": "viridis", "inferno": "inferno", "plasma": "plasma", "magma": "magma",
+                       "cool to warm": "coolwarm", "grayscale": "grayscale", "gray": "grayscale",
+                       "grey": "grayscale"}
+
+
+def _ascent_color_table(ct: Mapping, path: str, problems: list[str]) -> dict:
+    """A colour table as Ascent names it: VTK-m's names (any case) for the same insitu maps;
+    control points refused by name."""
+    ct = dict(ct)
+    name = ct.get("name")
+    if isinstance(name, str) and name not in _COLORMAPS:
+        if name.lower() in ASCENT_COLOR_TABLES:
+            ct["name"] = ASCENT_COLOR_TABLES[name.lower()]
+        else:
+            problems.append(f"{path}/name: expected one of {', '.join(_COLORMAPS)}, got {_short(name)} (not "
+                            "available in insitu; Ascent's names for the same maps are accepted: "
+                            f"{', '.join(k for k in ASCENT_COLOR_TABLES if k not in _COLORMAPS)})")
+            ct.pop("name")
+    if "control_points" in ct:
+        problems.append(f"{path}/control_points: colour tables from control points are not supported by insitu "
+                        "(give a name; a volume plot's opacity: [[value, alpha], ...])")
+        ct.pop("control_points")
+    return ct
 
 
 def camera_problems(camera: Mapping[str, Any], path: str) -> list[str]:

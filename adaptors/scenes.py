@@ -43,12 +43,16 @@ class Rendered:
     path: str | None  # the PNG to write, if the render has an image_prefix
 
 
-def frame_path(prefix: str, step: int) -> str:
-    """``out/frame_%04d`` and step 7 -> ``out/frame_0007.png`` (no format: the step is appended)."""
+def frame_path(prefix: str, step: int, *, name: str | None = None) -> str:
+    """``out/frame_%04d`` and step 7 -> ``out/frame_0007.png``; a prefix without ``%`` is
+    Ascent's: the step appended as is (``out/image_`` -> ``out/image_7.png``). With Ascent's
+    `name` (image_name): that file every step."""
+    if name:
+        return name if name.endswith(".png") else name + ".png"
     try:
-        p = prefix % step if "%" in prefix else f"{prefix}_{step:06d}"
+        p = prefix % step if "%" in prefix else f"{prefix}{step}"
     except (TypeError, ValueError):
-        p = f"{prefix}_{step:06d}"
+        p = f"{prefix}{step}"
     return p if p.endswith(".png") else p + ".png"
 
 
@@ -83,8 +87,8 @@ class SceneRenderer:
         out = {}
         for rname, r in scene["renders"].items():
             cam_cfg = {**r["camera"], **(steer.get("camera") or {})}
-            cam = camera_from_settings(cam_cfg, bounds)
             w, h = r["image_width"], r["image_height"]
+            cam = camera_from_settings(cam_cfg, bounds, aspect=w / h)
             # Global ranges first: collectives every rank reaches before any local work.
             plots = []
             for pname, p in scene["plots"].items():
@@ -114,7 +118,8 @@ class SceneRenderer:
                     _, _, _, field, lo, hi, cmap = plots[0]
                     fg = r.get("fg_color") or foreground_for(bg)
                     annotate(rgba, field=field, lo=lo, hi=hi, colormap=cmap, step=step, time=time, fg=fg)
-            path = frame_path(r["image_prefix"], step) if r.get("image_prefix") else None
+            path = (frame_path(r.get("image_prefix") or "", step, name=r.get("image_name"))
+                    if r.get("image_prefix") or r.get("image_name") else None)
             ranges = {f: (lo, hi) for _, _, _, f, lo, hi, _ in plots}
             out[rname] = Rendered(rgba, depth, cam, ranges, path)
         return out

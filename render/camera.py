@@ -113,7 +113,11 @@ class Camera:
         corners = np.array(np.meshgrid(*b, indexing="ij")).reshape(3, -1).T
         z = (corners - np.asarray(self.position)) @ self.forward
         far = self.far if self.far is not None else float(z.max()) * 1.01 + 1e-9
+        if self.near is not None and self.far is None and far <= self.near:
+            far = 2 * self.near  # a near plane beyond the data: nothing is drawn, not an error
         near = self.near if self.near is not None else max(float(z.min()) * 0.99, far * 1e-4)
+        if self.near is None and near >= far:
+            near = far * 1e-4  # a far plane before the data: likewise
         if not 0 < near < far:
             raise ValueError(f"camera: bad clip range near={near}, far={far}")
         return near, far
@@ -159,7 +163,7 @@ class Camera:
         return np.stack([(x + 1) * width / 2, (1 - y) * height / 2], axis=1), z
 
 
-def from_settings(settings: Mapping[str, Any], bounds) -> Camera:
+def from_settings(settings: Mapping[str, Any], bounds, *, aspect: float = 1.0) -> Camera:
     """The camera that Ascent-style settings describe, about the data `bounds`.
 
     Parameters
@@ -167,9 +171,14 @@ def from_settings(settings: Mapping[str, Any], bounds) -> Camera:
     settings : mapping
         Either ``position`` (with optional ``look_at``, default the data's centre, ``up``
         and ``fov``), or an orbit about the data: ``azimuth``, ``elevation``, ``zoom``,
-        ``fov``, ``up``. Missing or None values take their defaults.
+        ``fov``, ``up``. Both take Ascent's ``xpan``/``ypan`` (the view moved across the
+        image plane by that fraction of the half-width/half-height at the look-at distance:
+        1 moves the look-at point to the image's edge) and ``near_plane``/``far_plane``
+        (clip distances). Missing or None values take their defaults.
     bounds : (6,) floats
         ``(x0, x1, y0, y1, z0, z1)``.
+    aspect : float
+        Image width / height (what ``xpan`` is a fraction of).
 
     Returns
     -------
@@ -178,11 +187,27 @@ def from_settings(settings: Mapping[str, Any], bounds) -> Camera:
     b = np.asarray(bounds, np.float64).reshape(3, 2)
     if settings.get("position") is not None:
         look = settings.get("look_at") or tuple(b.mean(axis=1))
-        return Camera(tuple(settings["position"]), tuple(look), tuple(settings.get("up") or (0.0, 1.0, 0.0)),
-                      float(settings.get("fov") or 30.0))
-    kw: dict[str, Any] = {
-        "azimuth": float(settings.get("azimuth") or 0.0), "elevation": float(settings.get("elevation") or 0.0),
-        "zoom": float(settings.get("zoom") or 1.0), "fov": float(settings.get("fov") or 30.0)}
-    if settings.get("up") is not None:
-        kw["up"] = tuple(settings["up"])
-    return Camera.fit(tuple(b.ravel()), **kw)
+        cam = Camera(tuple(settings["position"]), tuple(look), tuple(settings.get("up") or (0.0, 1.0, 0.0)),
+                     float(settings.get("fov") or 30.0))
+    else:
+        kw: dict[str, Any] = {
+            "azimuth": float(settings.get("azimuth") or 0.0), "elevation": float(settings.get("elevation") or 0.0),
+            "zoom": float(settings.get("zoom") or 1.0), "fov": float(settings.get("fov") or 30.0)}
+        if settings.get("up") is not None:
+            kw["up"] = tuple(settings["up"])
+        cam = Camera.fit(tuple(b.ravel()), **kw)
+    xpan, ypan = float(settings.get("xpan") or 0.0), float(settings.get("ypan") or 0.0)
+    if xpan or ypan:
+        # VTK-m shifts the projection by (xpan, ypan) in normalized device coordinates; at
+        # the look-at distance that is this sideways move of the eye and the look-at point
+        # (the image content moves right and up for positive pans).
+        r, u, f = cam.basis()
+        half_h = float(np.linalg.norm(np.subtract(cam.look_at, cam.position))) * math.tan(math.radians(cam.fov) / 2)
+        shift = -(xpan * half_h * float(aspect)) * r - (ypan * half_h) * u
+        cam = dataclasses.replace(cam, position=tuple(np.add(cam.position, shift)),
+                                  look_at=tuple(np.add(cam.look_at, shift)))
+    near, far = settings.get("near_plane"), settings.get("far_plane")
+    if near is not None or far is not None:
+        cam = dataclasses.replace(cam, near=None if near is None else float(near),
+                                  far=None if far is None else float(far))
+    return cam

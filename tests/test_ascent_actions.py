@@ -277,3 +277,145 @@ def test_log_filters_and_composite_vector_against_numpy():
     np.testing.assert_array_equal(values(d, "my_vec/z"), np.log(t))
     assert d.fields["my_vec/y"].values.dtype == np.float64
     np.testing.assert_allclose(values(d, "mag"), np.sqrt(t * t + r * r + np.log(t) ** 2), rtol=1e-12)
+
+
+# -- renders -----------------------------------------------------------------------------------------
+
+
+SCENE = """
+-
+  action: "add_scenes"
+  scenes:
+    s1:
+      plots:
+        p1:
+          type: "pseudocolor"
+          field: "T"
+{renders}
+"""
+
+
+def frames(tmp_path, renders: str, steps=(10,)):
+    with adaptors.Adaptor(SCENE.format(renders=renders)) as a:
+        for s in steps:
+            assert a.execute(s, 0.0, grid()[0]), a.results()["errors"]
+        return a.results()["frames"]
+
+
+def test_image_prefix_and_image_name_follow_ascents_naming(tmp_path):
+    # Ascent's documentation: image_prefix "image_" at cycle 10 -> image_10.png; "image_%04d" -> image_0010.png;
+    # image_name: that file (.png appended), overwritten every cycle
+    renders = f"""      renders:
+        r1:
+          image_width: 64
+          image_height: 48
+          image_prefix: "{tmp_path / 'image_'}"
+        r2:
+          image_width: 64
+          image_height: 48
+          image_prefix: "{tmp_path / 'image_%04d'}"
+        r3:
+          image_width: 64
+          image_height: 48
+          image_name: "{tmp_path / 'some_image'}"
+"""
+    frames(tmp_path, renders, steps=(10, 11))
+    assert sorted(os.listdir(tmp_path)) == ["image_0010.png", "image_0011.png", "image_10.png", "image_11.png",
+                                            "some_image.png"]
+    for f in os.listdir(tmp_path):
+        assert (read_png(tmp_path / f)[..., 3] > 0).all()  # opaque white background, the mesh drawn over it
+    # a scene's own image_name (no renders)
+    with adaptors.Adaptor([{"action": "add_scenes", "scenes": {"s1": {
+            "plots": {"p1": {"type": "pseudocolor", "field": "T"}}, "image_name": str(tmp_path / "scene")}}}]) as a:
+        assert a.execute(5, 0.0, grid()[0])
+    assert (tmp_path / "scene.png").stat().st_size > 0
+
+
+def test_pan_moves_the_look_at_point_as_vtkms_projection_shift():
+    from render.camera import from_settings
+
+    bounds = (-1, 1, -1, 1, -1, 1)
+    for settings in ({"azimuth": 30.0, "elevation": 20.0}, {"position": [3, 2, 5], "look_at": [0.2, 0, 0]}):
+        for xpan, ypan in ((0.5, 0.0), (0.0, -0.25), (0.3, 0.4)):
+            base = from_settings(settings, bounds)
+            cam = from_settings({**settings, "xpan": xpan, "ypan": ypan}, bounds, aspect=64 / 48)
+            # VTK-m adds (xpan, ypan) to normalized device coordinates: the old look-at point
+            # lands at pixel ((1 + xpan) W/2, (1 - ypan) H/2)
+            (pix,), _ = cam.project(np.array([base.look_at]), 64, 48)
+            np.testing.assert_allclose(pix, [(1 + xpan) * 32, (1 - ypan) * 24], atol=1e-9)
+            np.testing.assert_allclose(cam.forward, base.forward, atol=1e-12)
+
+
+def test_near_and_far_planes_clip_what_is_drawn(tmp_path):
+    camera = "          camera: {position: [0.0, 0.0, 6.0], look_at: [0.0, 0.0, 0.0], %s}\n"
+    render = ("      renders:\n        r1:\n          image_width: 64\n          image_height: 48\n"
+              f"          image_name: \"{tmp_path / '%s'}\"\n          bg_color: [0.0, 0.0, 0.0]\n")
+    frames(tmp_path, render % "all" + camera % "near_plane: 0.1")
+    frames(tmp_path, render % "none" + camera % "far_plane: 4.0")  # the data lies 5 to 7 away
+    frames(tmp_path, render % "behind" + camera % "near_plane: 7.5, far_plane: 9.0")
+    assert (read_png(tmp_path / "all.png")[..., :3] > 0).any()
+    for name in ("none", "behind"):
+        assert not (read_png(tmp_path / f"{name}.png")[..., :3] > 0).any()
+    with pytest.raises(ConfigError, match="camera/far_plane: must be > 0"):
+        load(SCENE.format(renders="      renders:\n        r1:\n          camera: {far_plane: -1.0}\n"))
+
+
+def test_ascent_colour_table_names_draw_the_same_maps(tmp_path):
+    def drawn(name):
+        text = f"""
+-
+  action: "add_scenes"
+  scenes:
+    s1:
+      plots:
+        p1:
+          type: "pseudocolor"
+          field: "T"
+          color_table:
+            name: "{name}"
+      renders:
+        r1:
+          image_width: 48
+          image_height: 48
+          image_name: "{tmp_path / name.replace(' ', '_')}"
+"""
+        with adaptors.Adaptor(text) as a:
+            assert a.execute(0, 0.0, grid()[0]), a.results()["errors"]
+        return read_png(tmp_path / (name.replace(" ", "_") + ".png"))
+
+    np.testing.assert_array_equal(drawn("Cool to Warm"), drawn("coolwarm"))
+    np.testing.assert_array_equal(drawn("Viridis"), drawn("viridis"))
+    assert not np.array_equal(drawn("Viridis"), drawn("inferno"))
+
+
+def test_what_insitu_does_not_draw_is_refused_by_name():
+    text = """
+-
+  action: "add_scenes"
+  scenes:
+    s1:
+      plots:
+        p1:
+          type: "mesh"
+        p2:
+          type: "volume"
+          field: "braid"
+          color_table:
+            name: "Jet"
+            control_points:
+              - {type: "rgb", position: 0.0, color: [1.0, 0.0, 0.0]}
+              - {type: "alpha", position: 0.0, alpha: 0.0}
+      renders:
+        r1:
+          type: "cinema"
+          phi: 2
+          theta: 2
+          db_name: "example_db"
+"""
+    with pytest.raises(ConfigError) as e:
+        load(text)
+    msg = str(e.value)
+    assert "scenes/s1/plots/p1/type: plot 'mesh' is not supported by insitu" in msg
+    assert "scenes/s1/plots/p2/color_table/name: expected one of viridis" in msg and "got 'Jet' (not available" in msg
+    assert "scenes/s1/plots/p2/color_table/control_points: colour tables from control points are not supported" in msg
+    assert "scenes/s1/renders/r1/type: 'cinema' renders are not supported by insitu" in msg
