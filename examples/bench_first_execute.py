@@ -7,7 +7,9 @@ Every measurement is a fresh process with its own empty ``NUMBA_CACHE_DIR``: *co
 pipeline straight away (every kernel compiles inside the first ``execute``); *warmup* first
 runs ``insitu warmup CONFIG`` (timed) in another process, then the pipeline; *read-only*
 does the same with the warmed cache made read-only first (a read-only install whose cache was
-warmed at install time). The pipelines draw a 32^3 block with one ghost layer, as the demo's
+warmed at install time); the last row sets up Numba's CPU target (a one-time cost of every
+process using Numba, about 0.5 s: it imports SciPy's BLAS) inside ``initialize`` instead of
+the first ``execute``, as the adaptor could. The pipelines draw a 32^3 block with one ghost layer, as the demo's
 ranks hand theirs (``examples/eikonal_insitu.py``). Prints a markdown table.
 """
 
@@ -51,6 +53,9 @@ T = np.sqrt(X ** 2 + Y ** 2 + Z ** 2) / np.sqrt(3.0)
 speed = 0.5 + 2.0 * Z
 mesh = adaptors.uniform({{"T": T, "speed": speed}}, origin=(-x[1],) * 3, spacing=(x[1] - x[0],) * 3, ghost=1)
 with adaptors.Adaptor({config!r}) as a:
+    if {preinit}:  # what initialize could do: Numba's one-time set-up of its CPU target in this process
+        from numba.core.registry import cpu_target
+        cpu_target.target_context.refresh()
     t2 = time.perf_counter()
     ok0 = a.execute(0, 0.0, mesh)
     t3 = time.perf_counter()
@@ -66,9 +71,10 @@ def _env(cache: str) -> dict:
     return {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-def child(config: str, cache: str, work: str, n: int) -> dict:
-    p = subprocess.run([sys.executable, "-c", CHILD.format(config=config, n=n)], capture_output=True, text=True,
-                       env=_env(cache), cwd=work, timeout=1800)
+def child(config: str, cache: str, work: str, n: int, preinit: bool = False) -> dict:
+    code = CHILD.format(config=config, n=n, preinit=preinit)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(cache), cwd=work,
+                       timeout=1800)
     if p.returncode:
         raise RuntimeError(f"child failed:\n{p.stderr[-3000:]}")
     out = json.loads(p.stdout.strip().splitlines()[-1])
@@ -113,11 +119,12 @@ def main(argv: list[str] | None = None) -> int:
             if config != text:
                 with open(config, "w") as f:
                     f.write(text)
-            cases = [("cold", None, False), ("after `insitu warmup CONFIG`", config, False),
-                     ("same, cache read-only", config, True)]
+            cases = [("cold", None, False, False), ("after `insitu warmup CONFIG`", config, False, False),
+                     ("same, cache read-only", config, True, False),
+                     ("same, Numba's target set up in initialize", config, False, True)]
             if args.all:
-                cases.append(("after `insitu warmup` (all)", "", False))
-            for label, warm, ro in cases:
+                cases.append(("after `insitu warmup` (all)", "", False, False))
+            for label, warm, ro, preinit in cases:
                 cache = os.path.join(tmp, f"cache-{len(os.listdir(tmp))}")
                 work = os.path.join(tmp, f"work-{len(os.listdir(tmp))}")
                 os.makedirs(cache)
@@ -126,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                 if ro:
                     read_only(cache)
                 try:
-                    r = child(config, cache, work, args.n)
+                    r = child(config, cache, work, args.n, preinit)
                 finally:
                     writable(cache)
                 ws = f"{w:.1f}" if w is not None else "-"
