@@ -419,3 +419,27 @@ def test_what_insitu_does_not_draw_is_refused_by_name():
     assert "scenes/s1/plots/p2/color_table/name: expected one of viridis" in msg and "got 'Jet' (not available" in msg
     assert "scenes/s1/plots/p2/color_table/control_points: colour tables from control points are not supported" in msg
     assert "scenes/s1/renders/r1/type: 'cinema' renders are not supported by insitu" in msg
+
+
+# -- docs/ASCENT.md ----------------------------------------------------------------------------------
+
+
+def test_ascent_table_is_generated_and_agrees_with_the_schema():
+    from adaptors import ascent_doc
+
+    path = os.path.join(os.path.dirname(__file__), "..", "docs", "ASCENT.md")
+    with open(path) as f:
+        assert f.read() == ascent_doc.describe() + "\n", "regenerate: python -m adaptors.ascent_doc > docs/ASCENT.md"
+    rows = ascent_doc.entries()
+    for kind, name, status, how in rows:
+        have = ascent_doc.schema_names(kind)
+        if status in ("supported", "partial", "insitu only"):
+            assert name in have, (kind, name, status)
+        else:
+            assert name not in have and how.startswith("`"), (kind, name, how)
+            assert "not supported" in how or "unknown" in how, (kind, name, how)  # the error names it
+    # and every entry of the schema is in the table: Ascent's or insitu's own
+    listed = {(k, n) for k, n, _, _ in rows}
+    for kind in ascent_doc.ASCENT:
+        for name in ascent_doc.schema_names(kind):
+            assert (kind, name) in listed, f"{kind} {name!r} is in the schema but not in docs/ASCENT.md"
