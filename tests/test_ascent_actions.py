@@ -443,3 +443,50 @@ def test_ascent_table_is_generated_and_agrees_with_the_schema():
     for kind in ascent_doc.ASCENT:
         for name in ascent_doc.schema_names(kind):
             assert (kind, name) in listed, f"{kind} {name!r} is in the schema but not in docs/ASCENT.md"
+
+
+def test_vorticity_qcriterion_divergence_of_cells_match_vtk_gradient_filter():
+    vtk = pytest.importorskip("vtk", reason="VTK's vtkGradientFilter is the reference")
+    from vtk.util import numpy_support as ns
+
+    c = grid_cells(*axes())
+    p = c.points
+    rng = np.random.default_rng(3)
+    p = p + rng.uniform(-0.2, 0.2, p.shape) * H  # not a grid: the cells' own shape functions matter
+    x, y, z = p[:, 0], p[:, 1], p[:, 2]
+    vel = {"u": np.sin(2 * y) * z, "v": np.cos(x) * z * z, "w": np.exp(0.5 * x) * y}
+    m = unstructured(p, c.connectivity, "hex", {"T": x})
+    m["fields"]["velocity"] = {"association": "vertex", "topology": "mesh", "values": vel}
+    text = yaml.safe_dump([{"action": "add_pipelines", "pipelines": {"pl1": {
+        "f1": {"type": "divergence", "params": {"field": "velocity", "output_name": "div"}},
+        "f2": {"type": "vorticity", "params": {"field": "velocity", "output_name": "vort"}},
+        "f3": {"type": "qcriterion", "params": {"field": "velocity", "output_name": "q"}}}}}])
+    (d,) = run_yaml(text, m)
+
+    ug = vtk.vtkUnstructuredGrid()
+    vp = vtk.vtkPoints()
+    vp.SetData(ns.numpy_to_vtk(p, deep=True))
+    ug.SetPoints(vp)
+    cells = vtk.vtkCellArray()
+    conn = c.connectivity.astype(np.int64)
+    cells.SetData(ns.numpy_to_vtkIdTypeArray(np.arange(0, conn.size + 1, 8), deep=True),
+                  ns.numpy_to_vtkIdTypeArray(conn, deep=True))
+    ug.SetCells(vtk.VTK_HEXAHEDRON, cells)
+    arr = ns.numpy_to_vtk(np.stack([vel["u"], vel["v"], vel["w"]], axis=1), deep=True)
+    arr.SetName("velocity")
+    ug.GetPointData().AddArray(arr)
+    g = vtk.vtkGradientFilter()
+    g.SetInputData(ug)
+    g.SetInputArrayToProcess(0, 0, 0, vtk.vtkDataObject.FIELD_ASSOCIATION_POINTS, "velocity")
+    g.SetComputeDivergence(True)
+    g.SetComputeVorticity(True)
+    g.SetComputeQCriterion(True)
+    g.Update()
+    out = g.GetOutput().GetPointData()
+    np.testing.assert_allclose(values(d, "div"), ns.vtk_to_numpy(out.GetArray("Divergence")), rtol=1e-6,
+                               atol=1e-9)
+    vort = ns.vtk_to_numpy(out.GetArray("Vorticity"))
+    for i, comp in enumerate("xyz"):
+        np.testing.assert_allclose(values(d, f"vort/{comp}"), vort[:, i], rtol=1e-6, atol=1e-9)
+    q = ns.vtk_to_numpy(out.GetArray(g.GetQCriterionArrayName() or "Q-criterion"))
+    np.testing.assert_allclose(values(d, "q"), q, rtol=1e-6, atol=1e-9)
