@@ -76,6 +76,8 @@ PARTIAL: dict[tuple[str, str], str] = {
                                  "and Ascent's names for the same maps (Cool to Warm, Viridis, Inferno, Plasma, "
                                  "...); other VTK-m tables (Jet, Rainbow, Black-Body Radiation, ...) are refused "
                                  "by name",
+    ("render key", "type"): "cinema: Ascent's spec A database (the images, info.json, info.js, data.csv; not its "
+                            "bundled web viewer); auto_camera refused by name",
     ("render key", "annotations"): "legend, step and time drawn when asked (off by default, unlike Ascent)",
     ("camera key", "xpan"): "a sideways move of the camera at the look-at distance (VTK-m shifts the projection: "
                             "the same at the look-at plane)",

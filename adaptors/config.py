@@ -411,6 +411,12 @@ SCHEMA: dict[str, Any] = {
                          "by default; insitu only when asked", False),
         "fg_color": P("numbers", "colour of the annotations [r, g, b] (default: black on a light bg_color, white "
                       "on a dark one)", lo=0, hi=1, size=(3, 3)),
+        "type": P("enum:default|cinema", "cinema: Ascent's Cinema database (spec A): phi x theta views about the "
+                  "data's centre each executed step, written to cinema_databases/<db_name>/<n>.0/<phi>_<theta>_"
+                  "<db_name>.png with info.json, info.js and data.csv (camera: only fov and zoom apply)", "default"),
+        "phi": P("int", "cinema: divisions of the azimuth (phi = -180 + 360 i / phi degrees)", lo=1, hi=360),
+        "theta": P("int", "cinema: divisions of the polar angle (theta = 180 j / theta degrees)", lo=1, hi=180),
+        "db_name": P("str", "cinema: the database's name (a directory under cinema_databases)"),
     },
     "camera": _CAMERA,
     "extracts": {
@@ -739,6 +745,8 @@ def _scene(s, path: str, pipelines: Mapping, problems: list[str]) -> dict:
         if isinstance(p, Mapping) and p.get("type") in UNSUPPORTED_PLOTS:
             problems.append(f"{ppath}/type: plot {p['type']!r} is {UNSUPPORTED_PLOTS[p['type']]}")
             continue
+        if isinstance(p, Mapping) and isinstance(p.get("params"), Mapping):  # Ascent's older form: params/field
+            p = {**{k: v for k, v in p.items() if k != "params"}, **p["params"]}
         if isinstance(p, Mapping) and isinstance(p.get("color_table"), Mapping):
             p = {**p, "color_table": _ascent_color_table(p["color_table"], f"{ppath}/color_table", problems)}
         if not isinstance(p, Mapping) or p.get("type") not in SCHEMA["plots"]:
@@ -765,11 +773,15 @@ def _scene(s, path: str, pipelines: Mapping, problems: list[str]) -> dict:
         given = {}
     for name, r in given.items():
         rpath = f"{path}/renders/{name}"
-        if isinstance(r, Mapping) and "type" in r:
-            t = r["type"]
-            problems.append(f"{rpath}/type: {_short(t)} renders are {UNSUPPORTED_RENDERS.get(t, 'unknown')}"
-                            if t in UNSUPPORTED_RENDERS else f"{rpath}/type: unknown render type {_short(t)}")
+        if isinstance(r, Mapping) and r.get("type") in UNSUPPORTED_RENDERS:
+            problems.append(f"{rpath}/type: {_short(r['type'])} renders are {UNSUPPORTED_RENDERS[r['type']]}")
             continue
+        if isinstance(r, Mapping) and r.get("type") == "cinema":
+            missing = [k for k in ("phi", "theta", "db_name") if r.get(k) is None]
+            if missing:
+                problems.append(f"{rpath}: a cinema render needs {', '.join(missing)}")
+        elif isinstance(r, Mapping) and any(r.get(k) is not None for k in ("phi", "theta", "db_name")):
+            problems.append(f"{rpath}: phi, theta and db_name belong to renders of type cinema")
         if isinstance(r, Mapping) and r.get("image_name") and r.get("image_prefix"):
             problems.append(f"{rpath}: give one of image_name or image_prefix")
         if isinstance(r, Mapping) and r.get("annotations") in ("true", "false"):  # Ascent writes strings
@@ -787,8 +799,7 @@ def _scene(s, path: str, pipelines: Mapping, problems: list[str]) -> dict:
 UNSUPPORTED_PLOTS = {"mesh": "not supported by insitu (the mesh's edges are not drawn; a pseudocolor plot of the "
                              "mesh draws its surface)"}
 #: Ascent's render types insitu does not make, with why.
-UNSUPPORTED_RENDERS = {"cinema": "not supported by insitu (no Cinema database: phi, theta, db_name)",
-                       "auto_camera": "not supported by insitu (give a camera)"}
+UNSUPPORTED_RENDERS = {"auto_camera": "not supported by insitu (give a camera)"}
 #: Ascent's (VTK-m's) colour table names, lower-cased, for the insitu tables that are the same map.
 ASCENT_COLOR_TABLES = {"viridis": "viridis", "inferno": "inferno", "plasma": "plasma", "magma": "magma",
                        "cool to warm": "coolwarm", "grayscale": "grayscale", "gray": "grayscale",

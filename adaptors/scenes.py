@@ -88,7 +88,12 @@ class SceneRenderer:
         for rname, r in scene["renders"].items():
             cam_cfg = {**r["camera"], **(steer.get("camera") or {})}
             w, h = r["image_width"], r["image_height"]
-            cam = camera_from_settings(cam_cfg, bounds, aspect=w / h)
+            if r.get("type") == "cinema":
+                views = self._cinema_views(rname, r, cam_cfg, bounds)
+            else:
+                path = (frame_path(r.get("image_prefix") or "", step, name=r.get("image_name"))
+                        if r.get("image_prefix") or r.get("image_name") else None)
+                views = [(rname, camera_from_settings(cam_cfg, bounds, aspect=w / h), path)]
             # Global ranges first: collectives every rank reaches before any local work.
             plots = []
             for pname, p in scene["plots"].items():
@@ -104,25 +109,39 @@ class SceneRenderer:
                 if p["type"] == "volume" and steer.get("transfer_function"):
                     p = {**p, "color_table": {**p["color_table"], "opacity": steer["transfer_function"]}}
                 plots.append((pname, p, ds, field, lo, hi, cmap))
-            rgba, depth = self._draw(f"scenes/{name}/renders/{rname}", plots, cam, w, h, bounds, raw, step)
-            if ctx.rank != 0:
-                continue
-            bg = [float(c) for c in (list(r["bg_color"]) + [1.0])[:4]]
-            with self.prof.stage("composite"):
-                behind = 1 - rgba[..., 3]
-                rgba = rgba.copy()
-                for c in range(4):  # scalars as kernel arguments: nothing is uploaded
-                    rgba[..., c] += behind * (bg[c] * bg[3] if c < 3 else bg[3])
-            if r.get("annotations") and plots:
-                with self.prof.stage("annotate"):  # drawn where the frame is: no copy
-                    _, _, _, field, lo, hi, cmap = plots[0]
-                    fg = r.get("fg_color") or foreground_for(bg)
-                    annotate(rgba, field=field, lo=lo, hi=hi, colormap=cmap, step=step, time=time, fg=fg)
-            path = (frame_path(r.get("image_prefix") or "", step, name=r.get("image_name"))
-                    if r.get("image_prefix") or r.get("image_name") else None)
-            ranges = {f: (lo, hi) for _, _, _, f, lo, hi, _ in plots}
-            out[rname] = Rendered(rgba, depth, cam, ranges, path)
+            for vname, cam, path in views:
+                rgba, depth = self._draw(f"scenes/{name}/renders/{vname}", plots, cam, w, h, bounds, raw, step)
+                if ctx.rank != 0:
+                    continue
+                bg = [float(c) for c in (list(r["bg_color"]) + [1.0])[:4]]
+                with self.prof.stage("composite"):
+                    behind = 1 - rgba[..., 3]
+                    rgba = rgba.copy()
+                    for c in range(4):  # scalars as kernel arguments: nothing is uploaded
+                        rgba[..., c] += behind * (bg[c] * bg[3] if c < 3 else bg[3])
+                if r.get("annotations") and plots:
+                    with self.prof.stage("annotate"):  # drawn where the frame is: no copy
+                        _, _, _, field, lo, hi, cmap = plots[0]
+                        fg = r.get("fg_color") or foreground_for(bg)
+                        annotate(rgba, field=field, lo=lo, hi=hi, colormap=cmap, step=step, time=time, fg=fg)
+                ranges = {f: (lo, hi) for _, _, _, f, lo, hi, _ in plots}
+                out[vname] = Rendered(rgba, depth, cam, ranges, path)
         return out
+
+    def _cinema_views(self, rname: str, r: Mapping, cam_cfg: Mapping, bounds) -> list:
+        """``(name, camera, path)`` of a cinema render's views; at the root the database gets
+        this step's directory and metadata (Ascent's names: see :mod:`adaptors.cinema`)."""
+        from .cinema import CinemaDatabase, cameras
+
+        views = cameras(bounds, r["phi"], r["theta"], fov=float(cam_cfg.get("fov") or 60.0),
+                        zoom=float(cam_cfg.get("zoom") or 1.0))
+        if self.ctx.rank != 0:
+            return [(f"{rname}/{p:.1f}_{t:.1f}", cam, None) for p, t, cam in views]
+        dbs = self.__dict__.setdefault("_cinema", {})  # databases by name, kept across steps (root only)
+        db = dbs.setdefault(r["db_name"], CinemaDatabase(r["db_name"], r["phi"], r["theta"]))
+        now = db.add_step()
+        db.write_metadata(views)
+        return [(f"{rname}/{p:.1f}_{t:.1f}", cam, db.image(now, p, t)) for p, t, cam in views]
 
     def _draw(self, where: str, plots: list, cam, w: int, h: int, bounds, raw: Dataset, step: int):
         """The composited (rgba, depth) of `plots` at the root, (None, None) elsewhere.

@@ -8,6 +8,7 @@ file names as Ascent's documentation gives them.
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -407,10 +408,12 @@ def test_what_insitu_does_not_draw_is_refused_by_name():
               - {type: "alpha", position: 0.0, alpha: 0.0}
       renders:
         r1:
+          type: "auto_camera"
+          auto_camera:
+            metric: "dds_entropy"
+        r2:
           type: "cinema"
           phi: 2
-          theta: 2
-          db_name: "example_db"
 """
     with pytest.raises(ConfigError) as e:
         load(text)
@@ -418,7 +421,8 @@ def test_what_insitu_does_not_draw_is_refused_by_name():
     assert "scenes/s1/plots/p1/type: plot 'mesh' is not supported by insitu" in msg
     assert "scenes/s1/plots/p2/color_table/name: expected one of viridis" in msg and "got 'Jet' (not available" in msg
     assert "scenes/s1/plots/p2/color_table/control_points: colour tables from control points are not supported" in msg
-    assert "scenes/s1/renders/r1/type: 'cinema' renders are not supported by insitu" in msg
+    assert "scenes/s1/renders/r1/type: 'auto_camera' renders are not supported by insitu" in msg
+    assert "scenes/s1/renders/r2: a cinema render needs theta, db_name" in msg
 
 
 # -- docs/ASCENT.md ----------------------------------------------------------------------------------
@@ -490,3 +494,60 @@ def test_vorticity_qcriterion_divergence_of_cells_match_vtk_gradient_filter():
         np.testing.assert_allclose(values(d, f"vort/{comp}"), vort[:, i], rtol=1e-6, atol=1e-9)
     q = ns.vtk_to_numpy(out.GetArray(g.GetQCriterionArrayName() or "Q-criterion"))
     np.testing.assert_allclose(values(d, "q"), q, rtol=1e-6, atol=1e-9)
+
+
+def test_cinema_render_writes_ascents_database_layout(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    # Ascent's documentation example (scene1/plots/plt1/params/field, renders/r1: type cinema)
+    text = """
+-
+  action: "add_scenes"
+  scenes:
+    scene1:
+      plots:
+        plt1:
+          type: "pseudocolor"
+          params:
+            field: "T"
+      renders:
+        r1:
+          type: "cinema"
+          phi: 2
+          theta: 2
+          db_name: "example_db"
+          image_width: 48
+          image_height: 48
+"""
+    with adaptors.Adaptor(text) as a:
+        for cycle in (10, 20):
+            assert a.execute(cycle, 0.0, grid()[0]), a.results()["errors"]
+        frames = a.results()["frames"]
+    db = tmp_path / "cinema_databases" / "example_db"
+    names = [f"{p}_{t}_example_db.png" for p in ("-180.0", "0.0") for t in ("0.0", "90.0")]
+    assert sorted(os.listdir(db)) == ["0.0", "1.0", "data.csv", "info.js", "info.json"]
+    for time in ("0.0", "1.0"):
+        assert sorted(os.listdir(db / time)) == sorted(names)
+    assert sorted(frames) == sorted(f"cinema_databases/example_db/1.0/{n}" for n in names)
+    info = json.loads((db / "info.json").read_text())
+    assert info["name_pattern"] == "{time}/{phi}_{theta}_example_db.png"
+    assert info["metadata"] == {"type": "parametric-image-stack"}
+    assert info["arguments"]["time"]["values"] == ["0.0", "1.0"]
+    assert info["arguments"]["phi"]["values"] == ["-180.0", "0.0"]
+    assert info["arguments"]["theta"]["values"] == ["0.0", "90.0"]
+    csv = (db / "data.csv").read_text().splitlines()
+    assert csv[0] == "phi,theta,time,FILE" and len(csv) == 9 and csv[-1] == "0.0,90.0,1.0,1.0/0.0_90.0_example_db.png"
+    # the views see the data from different sides: theta 0 looks down -z (both phis: the same view turned),
+    # theta 90 from -y (phi -180: +y)
+    imgs = {n: read_png(db / "1.0" / n) for n in names}
+    for img in imgs.values():
+        assert (img[..., 3] > 0).all()
+    assert not np.array_equal(imgs[names[1]], imgs[names[3]])
+    from adaptors.cinema import cameras
+
+    views = cameras((-1, 1, -1, 1, -1, 1), 2, 2)
+    eyes = {(p, t): np.round(np.subtract(c.position, c.look_at) / np.linalg.norm(np.subtract(c.position, c.look_at)),
+                             12) for p, t, c in views}
+    np.testing.assert_allclose(eyes[(0.0, 90.0)], [0, -1, 0], atol=1e-12)
+    np.testing.assert_allclose(eyes[(-180.0, 90.0)], [0, 1, 0], atol=1e-12)
+    np.testing.assert_allclose(eyes[(0.0, 0.0)], [0, 0, 1], atol=1e-12)
+    assert all(np.linalg.norm(c.position) == pytest.approx(2.5 * np.sqrt(3)) for _, _, c in views)
