@@ -551,3 +551,226 @@ def test_cinema_render_writes_ascents_database_layout(tmp_path, monkeypatch):
     np.testing.assert_allclose(eyes[(-180.0, 90.0)], [0, 1, 0], atol=1e-12)
     np.testing.assert_allclose(eyes[(0.0, 0.0)], [0, 0, 1], atol=1e-12)
     assert all(np.linalg.norm(c.position) == pytest.approx(2.5 * np.sqrt(3)) for _, _, c in views)
+
+
+# -- Ascent's own example actions files ----------------------------------------------------------------
+
+# From Ascent's documentation (src/docs/sphinx/Actions/examples/*.yaml), unchanged but for the
+# image_prefix value, rendered at cycle 100 as Ascent's test suite does.
+ASCENT_EXAMPLES = {
+    "tout_pipelines": """
+-
+  action: "add_pipelines"
+  pipelines:
+    pl1:
+      f1:
+        type: "vector_magnitude"
+        params:
+          field: "vel"
+          output_name: "mag"
+    pl2:
+      pipeline: "pl1"
+      f1:
+        type: "log"
+        params:
+          field: "mag"
+          output_name: "log_mag"
+-
+  action: "add_scenes"
+  scenes:
+    s1:
+      plots:
+        p1:
+          type: "pseudocolor"
+          field: "log_mag"
+          pipeline: "pl2"
+      image_prefix: "{prefix}"
+""",
+    "tout_qcriterion_vel": """
+-
+  action: "add_pipelines"
+  pipelines:
+    pl1:
+      f2:
+        type: "qcriterion"
+        params:
+          field: "vel"
+          output_name: "vel_qcriterion"
+          use_cell_gradient: "false"
+-
+  action: "add_scenes"
+  scenes:
+    s1:
+      plots:
+        p1:
+          type: "pseudocolor"
+          field: "vel_qcriterion"
+          pipeline: "pl1"
+      image_prefix: "{prefix}"
+""",
+    "tout_divergence_vel": """
+-
+  action: "add_pipelines"
+  pipelines:
+    pl1:
+      f2:
+        type: "divergence"
+        params:
+          field: "vel"
+          output_name: "vel_divergence"
+          use_cell_gradient: "false"
+-
+  action: "add_scenes"
+  scenes:
+    s1:
+      plots:
+        p1:
+          type: "pseudocolor"
+          field: "vel_divergence"
+          pipeline: "pl1"
+      image_prefix: "{prefix}"
+""",
+    "tout_vorticity_vel": """
+-
+  action: "add_pipelines"
+  pipelines:
+    pl1:
+      f2:
+        type: "vorticity"
+        params:
+          field: "vel"
+          output_name: "vel_vorticity"
+          use_cell_gradient: "false"
+      f1:
+        type: "vector_magnitude"
+        params:
+          field: "vel_vorticity"
+          output_name: "mag_vorticity"
+-
+  action: "add_scenes"
+  scenes:
+    s1:
+      plots:
+        p1:
+          type: "pseudocolor"
+          field: "mag_vorticity"
+          pipeline: "pl1"
+      image_prefix: "{prefix}"
+""",
+    "tout_log2_field_clamp": """
+-
+  action: "add_pipelines"
+  pipelines:
+    pl1:
+      f1:
+        type: "vector_magnitude"
+        params:
+          field: "vel"
+          output_name: "mag"
+      f2:
+        type: "log2"
+        params:
+          field: "mag"
+          output_name: "log2_mag"
+          clamp_min_value: 2.0
+-
+  action: "add_scenes"
+  scenes:
+    s1:
+      plots:
+        p1:
+          type: "pseudocolor"
+          field: "log2_mag"
+          pipeline: "pl1"
+      image_prefix: "{prefix}"
+""",
+    "tout_log10_field": """
+-
+  action: "add_pipelines"
+  pipelines:
+    pl1:
+      f1:
+        type: "vector_magnitude"
+        params:
+          field: "vel"
+          output_name: "mag"
+      f2:
+        type: "log10"
+        params:
+          field: "mag"
+          output_name: "log10_mag"
+-
+  action: "add_scenes"
+  scenes:
+    s1:
+      plots:
+        p1:
+          type: "pseudocolor"
+          field: "log10_mag"
+          pipeline: "pl1"
+      image_prefix: "{prefix}"
+""",
+    "tout_composite_vector": """
+-
+  action: "add_pipelines"
+  pipelines:
+    pl1:
+      f1:
+        type: "composite_vector"
+        params:
+          field1: "braid"
+          field2: "braid"
+          field3: "braid"
+          output_name: "my_vec"
+      f2:
+        type: "vector_magnitude"
+        params:
+          field: "my_vec"
+          output_name: "my_vec_mag"
+-
+  action: "add_scenes"
+  scenes:
+    s1:
+      plots:
+        p1:
+          type: "pseudocolor"
+          field: "my_vec_mag"
+          pipeline: "pl1"
+      image_prefix: "{prefix}"
+""",
+}
+
+
+def example_mesh():
+    """braid (a scalar) and vel (an mcarray whose magnitude stays above 1) on the test grid."""
+    x, y, z = np.meshgrid(*axes(), indexing="ij")
+    m = adaptors.uniform({"braid": np.sin(3 * x) * np.cos(2 * y) + z}, origin=(-1.0,) * 3, spacing=(H,) * 3)
+    vel = (2 + np.sin(y) * z, 1 + np.cos(x) * z, 1.5 + x * y)
+    m["fields"]["vel"] = {"association": "vertex", "topology": "mesh",
+                          "values": dict(zip("uvw", (np.asfortranarray(c) for c in vel)))}
+    return m, (x, y, z), vel
+
+
+@pytest.mark.parametrize("name", sorted(ASCENT_EXAMPLES))
+def test_ascents_example_actions_run_and_name_their_images_as_ascent(name, tmp_path):
+    mesh, (x, y, z), vel = example_mesh()
+    text = ASCENT_EXAMPLES[name].format(prefix=tmp_path / name)
+    with adaptors.Adaptor(text) as a:
+        assert a.execute(100, 0.0, mesh), a.results()["errors"]
+    assert os.listdir(tmp_path) == [f"{name}100.png"]  # Ascent's name at cycle 100
+    img = read_png(tmp_path / f"{name}100.png")
+    rgb = img[..., :3].reshape(-1, 3)
+    assert len(np.unique(rgb, axis=0)) > 8  # the field coloured over the mesh, not a blank frame
+    # the plotted field against NumPy on the same values
+    outputs = run_all(text, mesh)
+    field = load(text)["scenes"]["s1"]["plots"]["p1"]
+    (d,) = outputs[field["pipeline"]].domains
+    got = np.asarray(d.fields[field["field"]].values)
+    mag = np.sqrt(sum(c * c for c in vel))
+    want = {"tout_pipelines": np.log(mag), "tout_log2_field_clamp": np.log2(np.maximum(mag, 2.0)),
+            "tout_log10_field": np.log10(mag),
+            "tout_composite_vector": np.sqrt(3) * np.abs(np.sin(3 * x) * np.cos(2 * y) + z)}.get(name)
+    if want is not None:
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    else:
+        assert np.isfinite(got).all() and got.shape == x.shape
