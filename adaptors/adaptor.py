@@ -327,7 +327,8 @@ class Adaptor:
         images = {}
         for sname in (s for s in self.config["scenes"] if s in active):
             try:
-                out = self._scenes.render(sname, self.config["scenes"][sname], datasets, raw, self._steering, step)
+                out = self._scenes.render(sname, self.config["scenes"][sname], datasets, raw, self._steering, step,
+                                          time)
             except Exception as e:
                 # The renderer agrees before its collectives, so this scene failed on every
                 # rank (or the context failed it everywhere): the next scene can still run.

@@ -307,7 +307,7 @@ def test_adaptor_draws_annotations_when_asked(tmp_path, on):
     got = _frame(_config(tmp_path / "on", annotations=on, fg_color=[1.0, 1.0, 0.0]))
     # The same frame with annotate() drawn over it (8 bits survive the float round trip).
     want = plain.astype(np.float32) / np.float32(255)
-    annotate(want, field="r", lo=0.25, hi=2.0, colormap="plasma", step=7, time=None, fg=(1, 1, 0))
+    annotate(want, field="r", lo=0.25, hi=2.0, colormap="plasma", step=7, time=0.5, fg=(1, 1, 0))
     np.testing.assert_array_equal(got, to_uint8(want, unpremultiply=True))
     assert (got != plain).any()
 
@@ -326,7 +326,7 @@ def test_adaptor_default_fg_contrasts_with_bg(tmp_path):
     plain = _frame(_config(tmp_path / "plain", bg_color=[1, 1, 1]))
     got = _frame(_config(tmp_path / "on", bg_color=[1, 1, 1], annotations=True))
     want = plain.astype(np.float32) / np.float32(255)
-    annotate(want, field="r", lo=0.25, hi=2.0, colormap="plasma", step=7, time=None, fg=(0, 0, 0))
+    annotate(want, field="r", lo=0.25, hi=2.0, colormap="plasma", step=7, time=0.5, fg=(0, 0, 0))
     np.testing.assert_array_equal(got, to_uint8(want, unpremultiply=True))
 
 
