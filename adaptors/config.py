@@ -112,6 +112,8 @@ class Param:
                 problems.append(f"{path}: must be {self.accepts()}, got {_short(value)}")
             return value
         if k == "bool":
+            if value in ("true", "false"):  # Ascent writes its booleans as strings
+                return value == "true"
             if not isinstance(value, bool):
                 problems.append(f"{path}: expected true or false, got {_what(value)}")
             return value
@@ -717,6 +719,9 @@ def _pipeline(p, path: str, problems: list[str]) -> dict:
                 if not isinstance(source, str) or not source:
                     problems.append(f"{fpath}/{key}: expected a pipeline's name, got {_what(source)}")
                 f = {k: v for k, v in f.items() if k != key}
+        if isinstance(f, Mapping) and isinstance(f.get("params"), Mapping) and isinstance(
+                f["params"].get("use_cell_gradient"), bool):  # YAML's false for Ascent's "false"
+            f = {**f, "params": {**f["params"], "use_cell_gradient": str(f["params"]["use_cell_gradient"]).lower()}}
         out[str(fname)] = _typed(f, fpath, SCHEMA["filters"], "filter", problems)
         if start is not None and len(out) == 1 and source is None:
             source = start

@@ -774,3 +774,14 @@ def test_ascents_example_actions_run_and_name_their_images_as_ascent(name, tmp_p
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
     else:
         assert np.isfinite(got).all() and got.shape == x.shape
+
+
+def test_booleans_as_ascent_writes_them():
+    cfg = load([{"action": "add_pipelines", "pipelines": {"pl1": {
+        "f1": {"type": "clip_with_field", "params": {"field": "T", "clip_value": 0.0, "invert": "true"}},
+        "f2": {"type": "divergence", "params": {"field": "vel", "use_cell_gradient": False}}}}}])
+    assert cfg["pipelines"]["pl1"]["f1"]["params"]["invert"] is True
+    assert cfg["pipelines"]["pl1"]["f2"]["params"]["use_cell_gradient"] == "false"
+    with pytest.raises(ConfigError, match="invert: expected true or false, got str 'yes'"):
+        load({"pipelines": {"p": {"f": {"type": "clip_with_field",
+                                        "params": {"field": "T", "clip_value": 0.0, "invert": "yes"}}}}})
