@@ -477,6 +477,9 @@ def _warmup_meshes(cfg: Mapping, added: Any, dtype: str, cells: bool, n: int = 1
     return out
 
 
+_WRITES = ("image_name", "type", "phi", "theta", "db_name")  # render keys naming files or cinema databases
+
+
 def _warmup_config(cfg: Mapping, images: str, cells: bool) -> dict:
     """A validated configuration made into one that runs every pipeline and scene each step,
     writes small images under `images` and no extracts (their kernels are the scenes')."""
@@ -486,7 +489,8 @@ def _warmup_config(cfg: Mapping, images: str, cells: bool) -> dict:
     for sname, sc in cfg["scenes"].items():
         plots = {k: p for k, p in sc["plots"].items() if not p.get("pipeline") or p["pipeline"] in pipes}
         if plots:
-            renders = {r: {**rv, "image_width": 48, "image_height": 32,
+            # One plain render each (a cinema render draws the same way, at more angles), into `images`.
+            renders = {r: {**{k: v for k, v in rv.items() if k not in _WRITES}, "image_width": 48, "image_height": 32,
                            "image_prefix": os.path.join(images, f"{sname}_{r}_%d")} for r, rv in sc["renders"].items()}
             scenes[sname] = {"plots": plots, "renders": renders}
     queries = {k: {"params": {"expression": q["expression"], "name": q["name"]}} for k, q in cfg["queries"].items()}

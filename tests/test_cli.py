@@ -215,14 +215,17 @@ def test_warmup_meshes_hold_every_field_the_configuration_reads():
         adaptors.mesh.parse(mesh, cells=True)  # the adaptor reads every one
 
 
-def test_warmup_runs_every_scene_of_a_configuration(tmp_path, capsys):
+def test_warmup_runs_every_scene_of_a_configuration(tmp_path, capsys, monkeypatch):
     from insitu.cli import warmup_config
 
+    monkeypatch.chdir(tmp_path)  # where a cinema render would write its database
     cfg = config(tmp_path, extracts={"h": {"type": "hdf5", "params": {"path": str(tmp_path / "x.h5")}}},
                  triggers={"t": {"every": 100, "actions": ["s", "h"]}})
+    cfg["scenes"]["s"]["renders"]["named"] = {"image_name": str(tmp_path / "named")}
+    cfg["scenes"]["s"]["renders"]["cinema"] = {"type": "cinema", "phi": 2, "theta": 2, "db_name": "db"}
     out = warmup_config(_write(tmp_path, cfg), dtypes=("float64",))
     assert out["errors"] == [] and [label for label, _ in out["runs"]] == ["grid float64", "grid float64, ghost cells"]
-    assert out["frames"] == 2  # the triggered scene ran on both meshes
+    assert out["frames"] == 2 * 3  # the triggered scene's three renders ran on both meshes
     assert sorted(os.listdir(tmp_path)) == ["cfg.yaml"]  # no extract, no image left behind
     assert main(["warmup", _write(tmp_path, cfg), "--dtype", "float64"]) == 0
     assert "insitu warmup: done in" in capsys.readouterr().out
