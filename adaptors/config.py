@@ -39,7 +39,8 @@ from render.colormap import NAMES as _COLORMAPS
 
 from .errors import ConfigError
 
-__all__ = ["MAX_ISO_VALUES", "Param", "SCHEMA", "camera_problems", "check_steering", "describe", "is_number", "is_real",
+__all__ = ["MAX_ISO_VALUES", "Param", "SCHEMA", "UNSUPPORTED_FILTERS", "camera_problems", "check_steering", "describe",
+           "is_number", "is_real", "pipeline_inputs", "pipeline_order",
            "load", "validate"]
 
 
@@ -501,6 +502,70 @@ SCHEMA: dict[str, Any] = {
     },
 }
 
+#: Ascent's filters insitu does not run: the reason, given in the configuration error.
+UNSUPPORTED_FILTERS: dict[str, str] = {
+    "exaslice": "not supported by insitu (use slice or 3slice)",
+    "auto_slice": "not supported by insitu (use slice)",
+    "transform": "not supported by insitu",
+    "particle_advection": "not supported by insitu",
+    "streamline": "not supported by insitu",
+    "warpx_streamline": "not supported by insitu",
+    "sample": "not supported by insitu",
+    "sample_grid": "not supported by insitu",
+    "mir": "not supported by insitu",
+    "add_mpi_ranks": "not supported by insitu",
+    "add_domain_ids": "not supported by insitu",
+    "partition": "not supported by insitu",
+    "revolve": "not supported by insitu",
+    "extrude": "not supported by insitu",
+    "histsampling": "not supported by insitu",
+    "triangulate": "not supported by insitu",
+    "project_2d": "not supported by insitu",
+    "dray_project_2d": "not supported by insitu",
+    "dray_reflect": "not supported by insitu",
+    "lagrangian": "not supported by insitu",
+    "uniform_grid": "not supported by insitu",
+}
+
+
+def pipeline_inputs(filters: Mapping[str, Mapping]) -> list[str]:
+    """The pipelines whose outputs a pipeline's filters start from (their ``input`` key)."""
+    return [f["input"] for f in filters.values() if isinstance(f, Mapping) and f.get("input")]
+
+
+def pipeline_order(pipelines: Mapping[str, Mapping[str, Mapping]], wanted=None) -> list[str]:
+    """Pipelines in an order where each comes after the pipelines it starts from: `wanted`
+    (default: all) and every pipeline they read, in configuration order where free.
+
+    Raises
+    ------
+    ValueError
+        A cycle ("pipelines pl1 -> pl2 -> pl1 form a cycle") or an unknown input.
+    """
+    order: list[str] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: placed
+
+    def visit(name: str, path: list[str]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            cyc = path[path.index(name):] + [name]
+            raise ValueError(f"pipelines {' -> '.join(cyc)} form a cycle (each starts from the next one's output)")
+        if name not in pipelines:
+            raise ValueError(f"pipelines/{path[-1]}: starts from unknown pipeline {name!r}; known: "
+                             f"{', '.join(pipelines) or 'none'}")
+        state[name] = 1
+        for dep in pipeline_inputs(pipelines[name]):
+            visit(dep, path + [name])
+        state[name] = 2
+        order.append(name)
+
+    for name in pipelines:
+        if wanted is None or name in wanted:
+            visit(name, [])
+    return order
+
+
 _ASCENT_ACTIONS = {"add_pipelines": "pipelines", "add_scenes": "scenes", "add_extracts": "extracts",
                    "add_triggers": "triggers", "add_queries": "queries"}
 
@@ -557,8 +622,6 @@ def validate(config) -> dict:
     out["pipelines"] = {name: _pipeline(p, f"pipelines/{name}", problems)
                         for name, p in _named(out.get("pipelines"), "pipelines", problems).items()}
     if out["pipelines"]:
-        from .pipelines import pipeline_order
-
         try:
             pipeline_order(out["pipelines"])
         except ValueError as e:
@@ -700,8 +763,6 @@ def _pipeline(p, path: str, problems: list[str]) -> dict:
     if not isinstance(p, Mapping) or not p:
         problems.append(f"{path}: expected a map of filters (name: {{type, params}}), got {_what(p)}")
         return {}
-    from .pipelines import UNSUPPORTED_FILTERS
-
     out: dict = {}
     start = p.get("pipeline") if isinstance(p.get("pipeline"), str) else None
     for fname, f in p.items():

@@ -21,6 +21,7 @@ import numpy as np
 from insitu import arrays
 
 from . import cells as _cells
+from .config import UNSUPPORTED_FILTERS, pipeline_inputs, pipeline_order
 from .context import Context
 from .errors import MeshError
 from .mesh import CellDomain, Field, MeshDomain
@@ -320,30 +321,6 @@ FILTERS: dict[str, Callable[..., Dataset]] = {
     "divergence": _field_filter(_divergence, vector=True), "vorticity": _field_filter(_vorticity, vector=True),
     "qcriterion": _field_filter(_qcriterion, vector=True)}
 
-#: Ascent's filters insitu does not run: the reason, given in the configuration error.
-UNSUPPORTED_FILTERS: dict[str, str] = {
-    "exaslice": "not supported by insitu (use slice or 3slice)",
-    "auto_slice": "not supported by insitu (use slice)",
-    "transform": "not supported by insitu",
-    "particle_advection": "not supported by insitu",
-    "streamline": "not supported by insitu",
-    "warpx_streamline": "not supported by insitu",
-    "sample": "not supported by insitu",
-    "sample_grid": "not supported by insitu",
-    "mir": "not supported by insitu",
-    "add_mpi_ranks": "not supported by insitu",
-    "add_domain_ids": "not supported by insitu",
-    "partition": "not supported by insitu",
-    "revolve": "not supported by insitu",
-    "extrude": "not supported by insitu",
-    "histsampling": "not supported by insitu",
-    "triangulate": "not supported by insitu",
-    "project_2d": "not supported by insitu",
-    "dray_project_2d": "not supported by insitu",
-    "dray_reflect": "not supported by insitu",
-    "lagrangian": "not supported by insitu",
-    "uniform_grid": "not supported by insitu",
-}
 
 
 def added_fields(ftype: str, params: Mapping) -> list[str]:
@@ -374,44 +351,6 @@ def _require(ds: Dataset, field: str, *, vector: bool = False) -> None:
     for d in ds.domains:
         if field not in d.fields and not (vector and f"{field}/magnitude" in d.fields):
             raise MeshError(f"domain {d.domain_id}: no field {field!r}; fields: {', '.join(sorted(d.fields))}")
-
-
-def pipeline_inputs(filters: Mapping[str, Mapping]) -> list[str]:
-    """The pipelines whose outputs a pipeline's filters start from (their ``input`` key)."""
-    return [f["input"] for f in filters.values() if isinstance(f, Mapping) and f.get("input")]
-
-
-def pipeline_order(pipelines: Mapping[str, Mapping[str, Mapping]], wanted=None) -> list[str]:
-    """Pipelines in an order where each comes after the pipelines it starts from: `wanted`
-    (default: all) and every pipeline they read, in configuration order where free.
-
-    Raises
-    ------
-    ValueError
-        A cycle ("pipelines pl1 -> pl2 -> pl1 form a cycle") or an unknown input.
-    """
-    order: list[str] = []
-    state: dict[str, int] = {}  # 1: on the current path, 2: placed
-
-    def visit(name: str, path: list[str]) -> None:
-        if state.get(name) == 2:
-            return
-        if state.get(name) == 1:
-            cyc = path[path.index(name):] + [name]
-            raise ValueError(f"pipelines {' -> '.join(cyc)} form a cycle (each starts from the next one's output)")
-        if name not in pipelines:
-            raise ValueError(f"pipelines/{path[-1]}: starts from unknown pipeline {name!r}; known: "
-                             f"{', '.join(pipelines) or 'none'}")
-        state[name] = 1
-        for dep in pipeline_inputs(pipelines[name]):
-            visit(dep, path + [name])
-        state[name] = 2
-        order.append(name)
-
-    for name in pipelines:
-        if wanted is None or name in wanted:
-            visit(name, [])
-    return order
 
 
 def run_pipeline(name: str, filters: Mapping[str, Mapping], domains: list[Domain], ctx: Context,
