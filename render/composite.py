@@ -532,10 +532,12 @@ def _composite(rgba, depth, comm, order, root, method, mode, transport, nccl, ti
         xp = arrays.get_array_module(rgba)
         out = (xp.array(rgba, order="C", copy=True), None if depth is None else xp.array(depth, order="C", copy=True))
         return out if mode == "depth" else out[0]
-    names = _pair_names(everyone, plan, root)
     comp = cache.get(key) if all(e["cached"] for e in everyone) else None
     if comp is None:
-        # Built together: every rank either reuses its configuration or builds anew.
+        # Built together: every rank either reuses its configuration or builds anew. The pairs'
+        # transports are chosen (and checked) only then: a kept configuration was built from
+        # the same agreement, and choosing them costs O(pairs) per call (seconds at 1,000 ranks).
+        names = _pair_names(everyone, plan, root)
         _compositor.drop(key)
         mine = {b if a == rank else a: n for (a, b), n in names.items() if rank in (a, b)}
         comp = _compositor.Compositor(comm, plan, root, _compositor.Layout.of(rgba, depth), rgba.shape[0],
