@@ -325,7 +325,7 @@ def _clip_cpu(mesh, s, value, inside, whole, used, n_whole, whole_len, n_used, c
                                            table, quads, widths[d], np.asarray(_PAIRS[d], np.int64))))
     p = mesh.points
     keys = np.concatenate([q[4] for q in parts]) if parts else np.zeros(0, np.int64)
-    lo, hi, uid = k.number_edges(keys, n, shift)
+    lo, hi, uid = k.number_edges(keys, n, shift, np.zeros(n + 1, np.int32 if len(keys) < 2**31 else np.int64))
     allp, t = k.new_points(p, used_idx, lo, hi, s, value)
     nout = {q[0]: int(_host_clip_tables()[q[0]][1].sum(axis=1)[q[3]].sum()) for q in parts}  # by kept count
     n3, n2 = nout.get(3, 0), nout.get(2, 0)
@@ -616,65 +616,49 @@ def _cpu():
         return out, src
 
     @numba.njit(cache=True, nogil=True)
-    def number_edges(keys, n, shift):
+    def number_edges(keys, n, shift, start):
         """The distinct keys (``lo << shift | hi``) in order, as (lo, hi), and the rank of
-        each key among them: a counting sort by lo (buckets of a few his); only sequential
-        passes over the points, the rest over the keys."""
+        each key among them: a counting sort by lo into `start` ((n + 1,) zeros, int32 when
+        the keys are fewer than 2**31), then each bucket (a few keys) sorted by insertion
+        with the keys' places, ranked in one sweep. Only two passes over the points."""
         mask = (np.int64(1) << shift) - 1
-        start = np.zeros(n + 1, np.int64)
-        los = np.empty(keys.shape[0], np.int64)  # the los present, in order of appearance
-        nl = 0
-        for key in keys:
-            lo = key >> shift
-            if start[lo + 1] == 0:
-                los[nl] = lo
-                nl += 1
-            start[lo + 1] += 1
+        nk = keys.shape[0]
+        for i in range(nk):
+            start[(keys[i] >> shift) + 1] += 1
         for p in range(n):
             start[p + 1] += start[p]
-        fill = start[:-1].copy()
-        his = np.empty(keys.shape[0], np.int64)
-        for key in keys:
-            lo = key >> shift
-            his[fill[lo]] = key & mask
-            fill[lo] += 1
-        ustart = np.zeros(n + 1, np.int64)
-        for li in range(nl):  # sort each bucket, keep its distinct his at its front
-            lo = los[li]
-            a, b = start[lo], start[lo + 1]
+        sk = np.empty(nk, np.int64)
+        at = np.empty(nk, start.dtype)
+        for i in range(nk):  # start[lo] moves to the end of bucket lo
+            lo = keys[i] >> shift
+            j = start[lo]
+            sk[j] = keys[i]
+            at[j] = i
+            start[lo] = j + 1
+        uid = np.empty(nk, np.int64)
+        ukey = np.empty(nk, np.int64)
+        u = -1
+        a = 0
+        while a < nk:
+            lo = sk[a] >> shift
+            b = start[lo]
             for i in range(a + 1, b):
-                x = his[i]
+                x, y = sk[i], at[i]
                 j = i - 1
-                while j >= a and his[j] > x:
-                    his[j + 1] = his[j]
+                while j >= a and sk[j] > x:
+                    sk[j + 1] = sk[j]
+                    at[j + 1] = at[j]
                     j -= 1
-                his[j + 1] = x
-            u = 0
+                sk[j + 1] = x
+                at[j + 1] = y
             for i in range(a, b):
-                if u == 0 or his[a + u - 1] != his[i]:
-                    his[a + u] = his[i]
+                if i == a or sk[i] != sk[i - 1]:
                     u += 1
-            ustart[lo + 1] = u
-        for p in range(n):
-            ustart[p + 1] += ustart[p]
-        ulo = np.empty(ustart[n], np.int64)
-        uhi = np.empty(ustart[n], np.int64)
-        for li in range(nl):
-            lo = los[li]
-            for i in range(ustart[lo + 1] - ustart[lo]):
-                ulo[ustart[lo] + i] = lo
-                uhi[ustart[lo] + i] = his[start[lo] + i]
-        uid = np.empty(keys.shape[0], np.int64)
-        for i in range(keys.shape[0]):
-            key = keys[i]
-            lo = key >> shift
-            hi = key & mask
-            a = start[lo]
-            j = 0
-            while his[a + j] != hi:
-                j += 1
-            uid[i] = ustart[lo] + j
-        return ulo, uhi, uid
+                    ukey[u] = sk[i]
+                uid[at[i]] = u
+            a = b
+        ukey = ukey[:u + 1]
+        return ukey >> shift, ukey & mask, uid
 
     @numba.njit(cache=True, nogil=True)
     def new_points(p, used_idx, lo, hi, s, value):
