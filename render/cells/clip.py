@@ -205,8 +205,12 @@ def _clip(mesh: CellMesh, s, value: float, inside, pf: dict, cf: dict) -> Clippe
     numba_path = xp is np and use_numba
     if numba_path:  # one pass over the cells (Numba) instead of a dozen whole-array ones
         h = _host_clip_tables()
-        whole, cells3, cells2, used, counts = _cpu().classify(conn, off, inside, mesh.types, h["dims"], h[3][2],
-                                                              h[2][2])
+        nc = mesh.n_cells
+        renum = np.empty(n, np.int64)
+        wout = np.empty(conn.shape[0], np.int64), np.empty(nc + 1, np.int64), np.empty(nc, np.uint8), np.empty(
+            nc, np.int64)
+        cells3, cells2, used, counts = _cpu().classify(conn, off, inside, mesh.types, h["dims"], h[3][2], h[2][2],
+                                                       renum, *wout)
         cut_d = {3: cells3, 2: cells2}  # indices here, masks below
         counts[0] = nan_flag(s)
     else:
@@ -231,8 +235,8 @@ def _clip(mesh: CellMesh, s, value: float, inside, pf: dict, cf: dict) -> Clippe
         raise ValueError(f"mesh: {nbad} cells that clip cannot split are cut (lines, polygons); it splits "
                          "tri, quad, tet, hex, wedge and pyramid")
     if numba_path:
-        return _clip_cpu(mesh, s, value, inside, whole, used, n_whole, whole_len, n_used, cut_d, {3: w3, 2: w2},
-                         pf, cf)
+        return _clip_cpu(mesh, s, value, inside, used, renum, wout, n_whole, whole_len, n_used, cut_d,
+                         {3: w3, 2: w2}, pf, cf)
     # wholly kept cells
     widx = compact(whole, n_whole)
     renum = xp.cumsum(used, dtype=xp.int64) - 1
@@ -308,13 +312,14 @@ _SENTINEL = np.iinfo(np.int64).max
 use_numba = True
 
 
-def _clip_cpu(mesh, s, value, inside, whole, used, n_whole, whole_len, n_used, cut_d, widths, pf, cf) -> Clipped:
+def _clip_cpu(mesh, s, value, inside, used, renum, wout, n_whole, whole_len, n_used, cut_d, widths, pf,
+              cf) -> Clipped:
     """The host path: the device path's steps per cell in Numba, to the same output in the
-    same order, written straight into the output arrays."""
+    same order, written straight into the output arrays (`wout`: the whole cells, written
+    by classify at the front of buffers of the input's size)."""
     k = _cpu()
     n = mesh.n_points
     shift = max(n - 1, 1).bit_length()  # edge keys lo << shift | hi
-    renum = k.renumber(used)
     used_idx = np.flatnonzero(used)
     parts = []
     for d in (3, 2):
@@ -330,9 +335,15 @@ def _clip_cpu(mesh, s, value, inside, whole, used, n_whole, whole_len, n_used, c
     nout = {q[0]: int(_host_clip_tables()[q[0]][1].sum(axis=1)[q[3]].sum()) for q in parts}  # by kept count
     n3, n2 = nout.get(3, 0), nout.get(2, 0)
     nc = n_whole + n3 + n2
-    conn, off = np.empty(whole_len + 4 * n3 + 3 * n2, np.int64), np.empty(nc + 1, np.int64)
-    types, cells = np.empty(nc, np.uint8), np.empty(nc, np.int64)
-    k.assemble_whole(mesh.connectivity, mesh.offsets, mesh.types, whole, renum, conn, off, types, cells)
+    nconn = whole_len + 4 * n3 + 3 * n2
+    wconn, woff, wtypes, wcells = wout
+    conn = wconn[:nconn] if nconn <= len(wconn) else np.concatenate([wconn[:whole_len],
+                                                                     np.empty(nconn - whole_len, np.int64)])
+    if nc <= len(wtypes):
+        off, types, cells = woff[:nc + 1], wtypes[:nc], wcells[:nc]
+    else:
+        off, types, cells = (np.concatenate([a[:m], np.empty(nc - n_whole, a.dtype)])
+                             for a, m in ((woff, n_whole + 1), (wtypes, n_whole), (wcells, n_whole)))
     at = 0
     for d, ids, orig, nk, dkeys, kst, parent in parts:
         tpl, ok, _ = _host_clip_tables()[d]
@@ -348,6 +359,8 @@ def _clip_cpu(mesh, s, value, inside, whole, used, n_whole, whole_len, n_used, c
             off[c0 + 1:] = e0 + 3 * np.arange(1, n2 + 1)
             types[c0:] = TRIANGLE
             cells[c0:] = parent[src]
+    if 2 * nconn < len(wconn):  # most of the buffers unused: hand back arrays of their own
+        conn, off, types, cells = conn.copy(), off.copy(), types.copy(), cells.copy()
     return _carry(CellMesh(allp, conn, off, types), cells, used_idx, lo, hi, t, pf, cf)
 
 
@@ -393,18 +406,25 @@ def _cpu():
         return out
 
     @numba.njit(cache=True, nogil=True)
-    def classify(conn, off, inside, ctypes, dims, ns3, ns2):
-        """Cells wholly kept (a mask), the cut ones by dimension (their indices), the points
-        used, and the counts of the device path's first read. Hexahedra and tetrahedra read
-        their points in loops of a fixed count: a loop bounded by the offsets is vectorized
-        by LLVM into code several times slower for 4 or 8 points."""
+    def classify(conn, off, inside, ctypes, dims, ns3, ns2, renum, oconn, ooff, otypes, ocells):
+        """One pass over the cells: those wholly kept written out at once (renumbered, at
+        the front of buffers of the input's size, which the cut cells' simplices usually
+        fit after), the cut ones by dimension (their indices), the points used (`renum`:
+        their new numbers) and the counts of the device path's first read. Hexahedra and
+        tetrahedra read their points in loops of a fixed count: a loop bounded by the
+        offsets is vectorized by LLVM into code several times slower for 4 or 8 points."""
         nc, npts = off.shape[0] - 1, inside.shape[0]
-        whole = np.empty(nc, np.bool_)
+        nin = 0
+        for p in range(npts):  # among the kept points; corrected below if some are in no cell
+            renum[p] = nin
+            nin += inside[p]
         cells3 = np.empty(nc, np.int64)  # only the first n3 pages are touched
         cells2 = np.empty(nc, np.int64)
         ref = np.zeros(npts, np.bool_)
-        n_whole = whole_len = n3 = w3 = n2 = w2 = nbad = 0
+        n3 = w3 = n2 = w2 = nbad = 0
         smin, smax = np.iinfo(np.int64).max, 0
+        ooff[0] = 0
+        i = at = 0
         b = off[0]
         for c in range(nc):
             a = b
@@ -424,23 +444,33 @@ def _cpu():
             smin = min(smin, size)
             smax = max(smax, size)
             if k == size:
-                whole[c] = True
-                n_whole += 1
-                whole_len += size
                 if size == 8:
                     for j in range(8):
-                        ref[conn[a + j]] = True
+                        q = conn[a + j]
+                        oconn[at + j] = renum[q]
+                        ref[q] = True
+                elif size == 4:
+                    for j in range(4):
+                        q = conn[a + j]
+                        oconn[at + j] = renum[q]
+                        ref[q] = True
                 else:
-                    for j in range(a, b):
-                        ref[conn[j]] = True
+                    for j in range(size):
+                        q = conn[a + j]
+                        oconn[at + j] = renum[q]
+                        ref[q] = True
+                at += size
+                otypes[i] = ctypes[c]
+                ocells[i] = c
+                i += 1
+                ooff[i] = at
                 continue
-            whole[c] = False
             if k == 0:
                 continue
             for j in range(a, b):  # only kept points need to be known as used
-                p = conn[j]
-                if inside[p]:
-                    ref[p] = True
+                q = conn[j]
+                if inside[q]:
+                    ref[q] = True
             t = ctypes[c]
             if dims[t] == 3 and ns3[t] > 0:
                 cells3[n3] = c
@@ -458,38 +488,18 @@ def _cpu():
             u = inside[p] and ref[p]
             used[p] = u
             nu += u
-        counts = np.array([0, n_whole, whole_len, nu, smin, smax, nbad, n3, w3, n2, w2], np.int64)
-        return whole, cells3[:n3].copy(), cells2[:n2].copy(), used, counts
-
-    @numba.njit(cache=True, nogil=True)
-    def renumber(used):
-        renum = np.empty(used.shape[0], np.int64)
-        k = 0
-        for p in range(used.shape[0]):
-            renum[p] = k - 1 + used[p]  # unused points: never read
-            k += used[p]
-        return renum
-
-    @numba.njit(cache=True, nogil=True)
-    def assemble_whole(conn, off, ctypes, whole, renum, oconn, ooff, otypes, cells):
-        """The whole cells (renumbered) at the front of the output arrays."""
-        ooff[0] = 0
-        i = at = 0
-        for c in range(whole.shape[0]):
-            if whole[c]:
-                a, b = off[c], off[c + 1]
-                if b - a == 8:  # a fixed count: see classify
-                    for j in range(8):
-                        oconn[at + j] = renum[conn[a + j]]
-                    at += 8
-                else:
-                    for j in range(a, b):
-                        oconn[at] = renum[conn[j]]
-                        at += 1
-                otypes[i] = ctypes[c]
-                cells[i] = c
-                i += 1
-                ooff[i] = at
+        if nu < nin:  # kept points in no cell: numbered without them
+            new = np.empty(nin, np.int64)
+            k = 0
+            for p in range(npts):
+                if inside[p]:
+                    new[renum[p]] = k
+                    renum[p] = k
+                    k += used[p]
+            for j in range(at):
+                oconn[j] = new[oconn[j]]
+        counts = np.array([0, i, at, nu, smin, smax, nbad, n3, w3, n2, w2], np.int64)
+        return cells3[:n3].copy(), cells2[:n2].copy(), used, counts
 
     @numba.njit(cache=True, nogil=True)
     def emit_tets(ids, nk, kst, uid, pos, renum, n_used, tpl, ok, pts, parent, i, at, oconn, ooff, otypes, cells):
@@ -677,7 +687,7 @@ def _cpu():
                 out[nu + i, k] = p[a, k] + t[i] * (p[b, k] - p[a, k])
         return out, t
 
-    return types.SimpleNamespace(plane=plane, classify=classify, renumber=renumber, assemble_whole=assemble_whole,
+    return types.SimpleNamespace(plane=plane, classify=classify,
                                  split_clip=split_clip, number_edges=number_edges, new_points=new_points,
                                  emit=emit, emit_tets=emit_tets)
 
