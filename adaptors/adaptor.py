@@ -48,6 +48,17 @@ from .triggers import holds
 
 _TRANSFER_KEYS = ("h2d_calls", "h2d_bytes", "d2h_calls", "d2h_bytes")
 
+
+def _prepare_cpu_kernels() -> None:
+    """Numba's one-time set-up of its CPU target (its first dispatch in a process loads
+    the linker and SciPy's BLAS: 0.5-0.8 s) here in initialize, not in the first step."""
+    try:
+        from numba.core.registry import cpu_target
+
+        cpu_target.target_context.refresh()
+    except Exception:  # another Numba's internals: the first step pays it instead
+        pass
+
 _log = get_logger(__name__)
 
 __all__ = ["Adaptor", "STEERABLE", "about", "execute", "finalize", "initialize", "results", "steer"]
@@ -80,6 +91,7 @@ class Adaptor:
         engine = self.config["engine"]
         self.comm = comm
         share_cpu_threads(comm)  # CPU kernels: the node's cores shared among its ranks
+        _prepare_cpu_kernels()
         self.ctx = Context(comm, timeout=self.config["timeout"])
         self.rank, self.size = self.ctx.rank, self.ctx.size
         self.prof = StageTimer(self.config["profile"])

@@ -25,7 +25,8 @@ def mpiexec() -> list[str]:
     here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     exe = here if os.access(here, os.X_OK) else shutil.which("mpiexec") or shutil.which("mpirun")
     if exe is None:
-        raise FileNotFoundError("no mpiexec found: install the 'mpich' wheel (pip install mpich) or an MPI")
+        raise FileNotFoundError("no mpiexec found: install an MPI (and mpi4py built against it), or "
+                                "pip install 'insitu[mpich]'")
     cmd = [exe]
     try:
         ver = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout

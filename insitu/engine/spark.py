@@ -189,7 +189,10 @@ class SparkEngine:
         # after the sources were edited (a daemon of other code is replaced, not reused).
         os.environ["INSITU_DAEMON_CODE_HASH"] = fingerprint()["code"]
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        from pyspark import SparkConf, SparkContext
+        try:
+            from pyspark import SparkConf, SparkContext
+        except ImportError:
+            raise ImportError("engine: spark needs PySpark: pip install 'insitu[spark]'") from None
 
         self._own_dir = daemon_dir is None
         self.daemon_dir = daemon_dir or tempfile.mkdtemp(prefix="insitu-spark-", dir="/tmp")

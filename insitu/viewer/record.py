@@ -60,7 +60,8 @@ def ffmpeg_exe() -> str:
         exe = shutil.which("ffmpeg")
         if exe:
             return exe
-        raise RuntimeError("--mp4 needs ffmpeg: pip install imageio-ffmpeg (or install ffmpeg)") from None
+        raise RuntimeError("--mp4 needs ffmpeg: pip install 'insitu[viewer]' (imageio-ffmpeg), "
+                           "or install ffmpeg") from None
 
 
 def to_rgb(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
