@@ -326,8 +326,12 @@ def _clip_cpu(mesh, s, value, inside, used, renum, wout, n_whole, whole_len, n_u
         cells = cut_d[d]
         if len(cells):
             quads, table, _ = host_tables()[d]
+            mmax = len(cells) * widths[d]
+            it = np.int32 if max(n, mesh.n_cells, 4 * mmax) < 2**31 else np.int64
+            bufs = (np.empty((mmax, d + 1), it), np.empty((mmax if d == 2 else 0, d + 1), it), np.empty(mmax, np.int8),
+                    np.empty(mmax + 1, it), np.empty(mmax, it))
             parts.append((d, *k.split_clip(mesh.connectivity, mesh.offsets, mesh.types, cells, inside, n, shift,
-                                           table, quads, widths[d], np.asarray(_PAIRS[d], np.int64))))
+                                           table, quads, widths[d], np.asarray(_PAIRS[d], np.int64), *bufs)))
     p = mesh.points
     keys = np.concatenate([q[4] for q in parts]) if parts else np.zeros(0, np.int64)
     lo, hi, uid = k.number_edges(keys, n, shift, np.zeros(n + 1, np.int32 if len(keys) < 2**31 else np.int64))
@@ -534,21 +538,20 @@ def _cpu():
                 ooff[i] = at
 
     @numba.njit(cache=True, nogil=True)
-    def split_clip(conn, off, ctypes, cells, inside, n, shift, table, quads, w, pairs):
+    def split_clip(conn, off, ctypes, cells, inside, n, shift, table, quads, w, pairs, ids_out, orig, nk, kst,
+                   parent):
         """Per cut cell: its simplices (split as measure.split_cells), each with its points
-        sorted kept first and by id, its kept count and the keys of its cut edges
-        (``lo << shift | hi``: ordered as the device path's ``lo * n + hi``), those of
-        simplex ``r`` at ``keys[kst[r]:kst[r + 1]]`` in the order of `pairs`."""
+        sorted kept first and by id (`ids_out`; as split: `orig`, when it has rows), its kept
+        count `nk`, its cell `parent` and the keys of its cut edges (``lo << shift | hi``:
+        ordered as the device path's ``lo * n + hi``), those of simplex ``r`` at
+        ``keys[kst[r]:kst[r + 1]]`` in the order of `pairs`. The outputs come in with
+        ``len(cells) * w`` rows (int32 where it holds every index: less memory to touch)."""
         nd, ne = table.shape[3], pairs.shape[0]
         mmax = cells.shape[0] * w
-        ids_out = np.empty((mmax, nd), np.int64)
-        orig = np.empty((mmax, nd), np.int64)
-        nk = np.empty(mmax, np.int64)
+        with_orig = orig.shape[0] > 0  # the triangles' orientation needs them, not the tetrahedra's
         keys = np.empty(4 * mmax, np.int64)  # at most 4 cut edges a simplex, kept in order
-        kst = np.empty(mmax + 1, np.int64)
         kst[0] = 0
         kn = 0
-        parent = np.empty(mmax, np.int64)
         ids = np.empty(8, np.int64)
         key = np.empty(nd, np.int64)
         m = 0
@@ -575,7 +578,8 @@ def _cpu():
                     continue
                 for j in range(nd):
                     g = ids[table[t, code, si, j]]
-                    orig[m, j] = g
+                    if with_orig:
+                        orig[m, j] = g
                     key[j] = g if inside[g] else g + n
                 for i in range(1, nd):  # insertion sort of 3 or 4
                     x = key[i]
@@ -595,13 +599,13 @@ def _cpu():
                 for e in range(ne):
                     i, j = pairs[e, 0], pairs[e, 1]
                     if key[i] < n and key[j] >= n:
-                        x, y = ids_out[m, i], ids_out[m, j]
+                        x, y = key[i], key[j] - n  # int64 whatever ids_out holds
                         keys[kn] = (min(x, y) << shift) | max(x, y)
                         kn += 1
                 parent[m] = c
                 m += 1
                 kst[m] = kn
-        return ids_out[:m], orig[:m], nk[:m], keys[:kn], kst[:m + 1], parent[:m]
+        return ids_out[:m], orig[:m if with_orig else 0], nk[:m], keys[:kn], kst[:m + 1], parent[:m]
 
     @numba.njit(cache=True, nogil=True)
     def emit(ids, nk, kst, uid, pos, renum, n_used, tpl, ok):
