@@ -206,7 +206,7 @@ def _clip(mesh: CellMesh, s, value: float, inside, pf: dict, cf: dict) -> Clippe
     if numba_path:  # one pass over the cells (Numba) instead of a dozen whole-array ones
         h = _host_clip_tables()
         nc = mesh.n_cells
-        renum = np.empty(n, np.int64)
+        renum = np.empty(n, np.int32 if n < 2**31 else np.int64)  # less memory to touch
         wout = np.empty(conn.shape[0], np.int64), np.empty(nc + 1, np.int64), np.empty(nc, np.uint8), np.empty(
             nc, np.int64)
         cells3, cells2, used, counts = _cpu().classify(conn, off, inside, mesh.types, h["dims"], h[3][2], h[2][2],
@@ -320,7 +320,7 @@ def _clip_cpu(mesh, s, value, inside, used, renum, wout, n_whole, whole_len, n_u
     k = _cpu()
     n = mesh.n_points
     shift = max(n - 1, 1).bit_length()  # edge keys lo << shift | hi
-    used_idx = np.flatnonzero(used)
+    used_idx = np.flatnonzero(used) if pf else None  # only the point fields need them
     parts = []
     for d in (3, 2):
         cells = cut_d[d]
@@ -335,7 +335,8 @@ def _clip_cpu(mesh, s, value, inside, used, renum, wout, n_whole, whole_len, n_u
     p = mesh.points
     keys = np.concatenate([q[4] for q in parts]) if parts else np.zeros(0, np.int64)
     lo, hi, uid = k.number_edges(keys, n, shift, np.zeros(n + 1, np.int32 if len(keys) < 2**31 else np.int64))
-    allp, t = k.new_points(p, used_idx, lo, hi, s, value)
+    allp, t = np.empty((n_used + len(lo), 3), p.dtype), np.empty(len(lo), np.float64)
+    k.new_points(p, used, lo, hi, s, value, allp, t)
     nout = {q[0]: int(_host_clip_tables()[q[0]][1].sum(axis=1)[q[3]].sum()) for q in parts}  # by kept count
     n3, n2 = nout.get(3, 0), nout.get(2, 0)
     nc = n_whole + n3 + n2
@@ -675,21 +676,22 @@ def _cpu():
         return ukey >> shift, ukey & mask, uid
 
     @numba.njit(cache=True, nogil=True)
-    def new_points(p, used_idx, lo, hi, s, value):
-        """The kept points, then one on each cut edge (the device path's arithmetic)."""
-        nu = used_idx.shape[0]
-        out = np.empty((nu + lo.shape[0], 3), p.dtype)
-        t = np.empty(lo.shape[0], np.float64)
-        for i in range(nu):
-            for k in range(3):
-                out[i, k] = p[used_idx[i], k]
+    def new_points(p, used, lo, hi, s, value, out, t):
+        """The used points, then one on each cut edge (the device path's arithmetic), into
+        `out`; `t`: where on the edge."""
+        nu = 0
+        for q in range(used.shape[0]):
+            if used[q]:
+                out[nu, 0] = p[q, 0]
+                out[nu, 1] = p[q, 1]
+                out[nu, 2] = p[q, 2]
+                nu += 1
         for i in range(lo.shape[0]):
             a, b = lo[i], hi[i]
             sa = np.float64(s[a])
             t[i] = (value - sa) / (np.float64(s[b]) - sa)
             for k in range(3):
                 out[nu + i, k] = p[a, k] + t[i] * (p[b, k] - p[a, k])
-        return out, t
 
     return types.SimpleNamespace(plane=plane, classify=classify,
                                  split_clip=split_clip, number_edges=number_edges, new_points=new_points,
