@@ -331,7 +331,7 @@ def _clip_cpu(mesh, s, value, inside, used, renum, wout, n_whole, whole_len, n_u
             bufs = (np.empty((mmax, d + 1), it), np.empty((mmax if d == 2 else 0, d + 1), it), np.empty(mmax, np.int8),
                     np.empty(mmax + 1, it), np.empty(mmax, it))
             parts.append((d, *k.split_clip(mesh.connectivity, mesh.offsets, mesh.types, cells, inside, n, shift,
-                                           table, quads, widths[d], np.asarray(_PAIRS[d], np.int64), *bufs)))
+                                           table, quads, widths[d], tuple(_PAIRS[d]), tuple(range(d + 1)), *bufs)))
     p = mesh.points
     keys = np.concatenate([q[4] for q in parts]) if parts else np.zeros(0, np.int64)
     lo, hi, uid = k.number_edges(keys, n, shift, np.zeros(n + 1, np.int32 if len(keys) < 2**31 else np.int64))
@@ -539,15 +539,17 @@ def _cpu():
                 ooff[i] = at
 
     @numba.njit(cache=True, nogil=True)
-    def split_clip(conn, off, ctypes, cells, inside, n, shift, table, quads, w, pairs, ids_out, orig, nk, kst,
-                   parent):
+    def split_clip(conn, off, ctypes, cells, inside, n, shift, table, quads, w, pairs, corners, ids_out, orig, nk,
+                   kst, parent):
         """Per cut cell: its simplices (split as measure.split_cells), each with its points
         sorted kept first and by id (`ids_out`; as split: `orig`, when it has rows), its kept
         count `nk`, its cell `parent` and the keys of its cut edges (``lo << shift | hi``:
         ordered as the device path's ``lo * n + hi``), those of simplex ``r`` at
         ``keys[kst[r]:kst[r + 1]]`` in the order of `pairs`. The outputs come in with
-        ``len(cells) * w`` rows (int32 where it holds every index: less memory to touch)."""
-        nd, ne = table.shape[3], pairs.shape[0]
+        ``len(cells) * w`` rows (int32 where it holds every index: less memory to touch).
+        `pairs` and `corners` (``range(d + 1)``) are tuples: their lengths are known when
+        compiled, so the loops over them have fixed counts (see classify)."""
+        nd, ne = len(corners), len(pairs)
         mmax = cells.shape[0] * w
         with_orig = orig.shape[0] > 0  # the triangles' orientation needs them, not the tetrahedra's
         keys = np.empty(4 * mmax, np.int64)  # at most 4 cut edges a simplex, kept in order
@@ -598,7 +600,7 @@ def _cpu():
                     continue
                 nk[m] = cnt
                 for e in range(ne):
-                    i, j = pairs[e, 0], pairs[e, 1]
+                    i, j = pairs[e]
                     if key[i] < n and key[j] >= n:
                         x, y = key[i], key[j] - n  # int64 whatever ids_out holds
                         keys[kn] = (min(x, y) << shift) | max(x, y)
