@@ -397,3 +397,23 @@ def test_numba_path_equals_whole_array_path(name, monkeypatch):
         np.testing.assert_array_equal(a.point_fields["s"], b.point_fields["s"])
         np.testing.assert_array_equal(a.cell_fields["c"], b.cell_fields["c"])
         assert len(np.unique(a.mesh.connectivity)) == a.mesh.n_points  # points no cell uses are left out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numba_plane_equals_whole_array_plane(dtype, monkeypatch):
+    """clip_plane's one-pass scalar (Numba) is the whole-array expression to the bit: the
+    same cells and points, on float32 and float64 points, the plane through points."""
+    clip_module = importlib.import_module("render.cells.clip")
+    m = jittered()
+    m = cell_mesh(m.points.astype(dtype), m.connectivity, m.types, m.offsets)
+    runs = []
+    for flag in (True, False):
+        monkeypatch.setattr(clip_module, "use_numba", flag)
+        runs.append([clip_plane(m, o, nrm, keep=k) for o, nrm, k in
+                     (((0.5, 0.5, 0.5), (0.3, -0.5, 0.8), "below"), (m.points[7], (0, 0, 1), "above"),
+                      ((0.4, 0.6, 0.5), (1e-3, 2.0, -0.7), "below"))])
+    for a, b in zip(*runs):
+        assert a.mesh.n_cells > 0
+        for attr in ("connectivity", "offsets", "types", "points"):
+            np.testing.assert_array_equal(getattr(a.mesh, attr), getattr(b.mesh, attr), err_msg=attr)
+        np.testing.assert_array_equal(a.cells, b.cells)
