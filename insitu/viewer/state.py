@@ -75,6 +75,10 @@ CAMERA_KEYS = {
     "look_at": "a point [x, y, z]",
     "up": "a point [x, y, z]",
     "fov": "a number in (0, 180) (degrees)",
+    "xpan": "a number (a fraction of the image's half-width)",
+    "ypan": "a number (a fraction of the image's half-height)",
+    "near_plane": "a positive number (clip distance)",
+    "far_plane": "a positive number (clip distance)",
 }
 
 #: Keys a steering update may hold, and what each takes. The simulation rejects any other.
@@ -124,6 +128,8 @@ def _camera(v: Any) -> dict:
             ok = _is_number(x) and x > 0
         elif k == "fov":
             ok = _is_number(x) and 0 < x < 180
+        elif k in ("near_plane", "far_plane"):
+            ok = _is_number(x) and x > 0
         else:
             ok = _is_number(x)
         if not ok:
