@@ -25,17 +25,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._mesh import HEXAHEDRON, PYRAMID, QUAD, TETRA, TRIANGLE, WEDGE
+from ._mesh import HEXAHEDRON, PYRAMID, QUAD, REFERENCE_CORNERS, TETRA, TRIANGLE, WEDGE
 
 #: Reference corner coordinates (VTK's parametric coordinates of each cell).
-REFERENCE: dict[int, list[tuple[float, float, float]]] = {
-    TETRA: [(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1)],
-    HEXAHEDRON: [(0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0), (0, 0, 1), (1, 0, 1), (1, 1, 1), (0, 1, 1)],
-    WEDGE: [(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1), (1, 0, 1), (0, 1, 1)],
-    PYRAMID: [(0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0), (0.5, 0.5, 1)],
-    TRIANGLE: [(0, 0, 0), (1, 0, 0), (0, 1, 0)],
-    QUAD: [(0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0)],
-}
+REFERENCE = REFERENCE_CORNERS
 
 #: Faces of each shape as corner cycles (any direction: oriented outward below).
 _FACES: dict[int, list[tuple[int, ...]]] = {

@@ -19,6 +19,15 @@ SHAPE_TYPES: dict[str, int] = {"point": VERTEX, "line": LINE, "tri": TRIANGLE, "
 #: VTK type code -> points per cell (polygons: sized per cell).
 CELL_POINTS: dict[int, int | None] = {VERTEX: 1, LINE: 2, TRIANGLE: 3, POLYGON: None, QUAD: 4, TETRA: 4,
                                       HEXAHEDRON: 8, WEDGE: 6, PYRAMID: 5}
+#: VTK's parametric coordinates of each cell's corners (its positive orientation).
+REFERENCE_CORNERS: dict[int, list[tuple[float, float, float]]] = {
+    TETRA: [(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1)],
+    HEXAHEDRON: [(0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0), (0, 0, 1), (1, 0, 1), (1, 1, 1), (0, 1, 1)],
+    WEDGE: [(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1), (1, 0, 1), (0, 1, 1)],
+    PYRAMID: [(0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0), (0.5, 0.5, 1)],
+    TRIANGLE: [(0, 0, 0), (1, 0, 0), (0, 1, 0)],
+    QUAD: [(0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0)],
+}
 #: VTK type code -> topological dimension.
 CELL_DIM: dict[int, int] = {VERTEX: 0, LINE: 1, TRIANGLE: 2, POLYGON: 2, QUAD: 2, TETRA: 3, HEXAHEDRON: 3,
                             WEDGE: 3, PYRAMID: 3}
@@ -196,3 +205,17 @@ def grid_cells(x, y, z=None) -> CellMesh:
     # cells numbered i fastest, as Blueprint numbers elements
     conn = xp.stack([c.ravel(order="F") for c in a], axis=1).ravel()
     return cell_mesh(pts, conn, t)
+
+
+def check_hidden(mesh: CellMesh, hidden):
+    """The cells to keep, ``~hidden`` (None without `hidden`), after checking `hidden` is an
+    ``(n_cells,)`` bool array on the mesh's backend."""
+    if hidden is None:
+        return None
+    h = arrays.asarray(hidden, name="hidden")
+    if arrays.get_array_module(h) is not mesh.xp:
+        raise ValueError(f"hidden: on {arrays.backend_of(h)}, the mesh is on {arrays.backend_of(mesh.points)}")
+    if h.ndim != 1 or h.shape[0] != mesh.n_cells or h.dtype != bool:
+        raise ValueError(f"hidden: expected a ({mesh.n_cells},) bool array, got {h.dtype} of shape "
+                         f"{tuple(h.shape)}")
+    return ~h

@@ -18,7 +18,7 @@ import numpy as np
 
 from insitu import arrays
 
-from ._mesh import HEXAHEDRON, PYRAMID, QUAD, TETRA, TRIANGLE, WEDGE, CellMesh
+from ._mesh import HEXAHEDRON, PYRAMID, QUAD, REFERENCE_CORNERS, TETRA, TRIANGLE, WEDGE, CellMesh
 
 __all__ = ["area", "cell_measures", "split_cells", "simplices", "volume"]
 
@@ -30,14 +30,7 @@ _FACES: dict[int, list[tuple[int, ...]]] = {
     PYRAMID: [(0, 1, 2, 3), (0, 1, 4), (1, 2, 4), (2, 3, 4), (3, 0, 4)],
 }
 #: A reference cell of each type (VTK's positive orientation), to orient the table's simplices.
-_REF: dict[int, list[tuple[float, float, float]]] = {
-    TETRA: [(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1)],
-    HEXAHEDRON: [(0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0), (0, 0, 1), (1, 0, 1), (1, 1, 1), (0, 1, 1)],
-    WEDGE: [(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1), (1, 0, 1), (0, 1, 1)],
-    PYRAMID: [(0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0), (0.5, 0.5, 1)],
-    TRIANGLE: [(0, 0, 0), (1, 0, 0), (0, 1, 0)],
-    QUAD: [(0, 0, 0), (1, 0, 0), (1, 1, 0), (0, 1, 0)],
-}
+_REF = REFERENCE_CORNERS
 MAXPTS, MAXQ = 8, 6  # points of the largest cell, quad faces of the cell with most
 #: Simplices per cell of each type code (0: not split), by dimension.
 NSIMPLEX = {3: {TETRA: 1, PYRAMID: 2, WEDGE: 3, HEXAHEDRON: 6}, 2: {TRIANGLE: 1, QUAD: 2}}

@@ -28,7 +28,7 @@ import numpy as np
 from insitu import arrays
 from insitu.log import watch_jit
 
-from ._mesh import CELL_DIM, CELL_POINTS, TETRA, CellMesh
+from ._mesh import CELL_DIM, CELL_POINTS, TETRA, CellMesh, check_hidden
 from .fields import _f64, _i64, cell_points, shape_functions, type_groups
 
 __all__ = ["resample", "sample_grid"]
@@ -118,15 +118,7 @@ def resample(mesh: CellMesh, values, dims: Sequence[int], bounds: Sequence[float
         raise ValueError(f"values: expected ({n},) or ({n}, k) values (one per {what}), got shape {tuple(v.shape)}")
     if v.dtype.kind not in "fiub":
         raise TypeError(f"values: expected real numbers, got dtype {v.dtype}")
-    keep = None
-    if hidden is not None:
-        h = arrays.asarray(hidden, name="hidden")
-        if arrays.get_array_module(h) is not xp:
-            raise ValueError(f"hidden: on {arrays.backend_of(h)}, the mesh is on {arrays.backend_of(mesh.points)}")
-        if h.ndim != 1 or h.shape[0] != mesh.n_cells or h.dtype != bool:
-            raise ValueError(f"hidden: expected a ({mesh.n_cells},) bool array, got {h.dtype} of shape "
-                             f"{tuple(h.shape)}")
-        keep = ~h
+    keep = check_hidden(mesh, hidden)
     present = [t for t, _ in type_groups(mesh)]
     if present and not any(CELL_DIM.get(t) == 3 for t in present):
         raise ValueError(f"mesh: resample samples 3-D cells (tetrahedra, hexahedra, wedges, pyramids); this mesh "

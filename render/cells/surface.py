@@ -32,7 +32,7 @@ import numpy as np
 from insitu import arrays
 from insitu.log import watch_jit
 
-from ._mesh import CELL_DIM, HEXAHEDRON, POLYGON, PYRAMID, QUAD, TETRA, WEDGE, CellMesh
+from ._mesh import CELL_DIM, HEXAHEDRON, POLYGON, PYRAMID, QUAD, TETRA, WEDGE, CellMesh, check_hidden
 from .fields import _f64, _i64, cell_points
 
 __all__ = ["Surface", "face_normals", "grid_boundary", "outer_surface", "vertex_normals"]
@@ -179,15 +179,7 @@ def outer_surface(mesh: CellMesh, *, hidden=None, _vectorized: bool = False) -> 
         in the order of their cells (a type at a time), quads cut into two triangles.
     """
     xp = mesh.xp
-    keep = None
-    if hidden is not None:
-        h = arrays.asarray(hidden, name="hidden")
-        if arrays.get_array_module(h) is not xp:
-            raise ValueError(f"hidden: on {arrays.backend_of(h)}, the mesh is on {arrays.backend_of(mesh.points)}")
-        if h.ndim != 1 or h.shape[0] != mesh.n_cells or h.dtype != bool:
-            raise ValueError(f"hidden: expected a ({mesh.n_cells},) bool array, got {h.dtype} of shape "
-                             f"{tuple(h.shape)}")
-        keep = ~h
+    keep = check_hidden(mesh, hidden)
     faces3, cells3, faces2, cells2 = [], [], [], []
     groups = _groups(mesh, keep)
     cpu = xp is np and not _vectorized
