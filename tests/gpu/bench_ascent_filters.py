@@ -19,12 +19,11 @@ import datetime
 import os
 import statistics
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import commit, emit, host
+from benchutil import best_of, commit, emit, host
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
@@ -111,14 +110,6 @@ def vtk_filters(n, points, vel, conn):
         out[op] = go
     return out
 
-
-def best_of(f, reps):
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        f()
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def cpu(sizes, reps):

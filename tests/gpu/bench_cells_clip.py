@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import commit, emit, host
+from benchutil import best_of, commit, emit, host
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
@@ -48,15 +48,10 @@ def field(p):
     return np.sin(6 * p[:, 0]) * np.cos(5 * p[:, 1]) + p[:, 2] - 0.5
 
 
-def best_of(f, reps=5):
+def best_cpu(f, reps=5):
     """Best CPU time of the process (both sides run on one thread: on a shared machine
     this is steadier than wall time and the same when it is idle)."""
-    best = float("inf")
-    for _ in range(reps):
-        t = time.process_time()
-        f()
-        best = min(best, time.process_time() - t)
-    return best
+    return best_of(f, reps, clock=time.process_time)
 
 
 def vtk_runs(mesh, s):
@@ -123,7 +118,7 @@ def run_cpu(sizes, md):
             v, o = vtk_runs(m, s), ours(m, s)
             for op in o:
                 o[op]()  # tables built, pages touched
-                t_o, t_v = best_of(o[op]), best_of(v[op])
+                t_o, t_v = best_cpu(o[op]), best_cpu(v[op])
                 cells = o[op]().mesh.n_cells
                 rows.append(f"| {n}^3 {kind} ({m.n_cells / 1e6:.2f} M) | {op} | {cells / 1e6:.2f} M | "
                             f"{t_o * 1e3:.1f} | {t_v * 1e3:.1f} | {t_v / t_o:.2f} |")

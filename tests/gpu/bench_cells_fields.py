@@ -20,12 +20,11 @@ import datetime
 import os
 import statistics
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import commit, emit, host
+from benchutil import best_of, commit, emit, host
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
@@ -117,14 +116,6 @@ def ours(mesh, n, xp=np):
             "gradient": lambda: gradient(mesh, pv), "outer_surface": lambda: outer_surface(mesh),
             "resample": lambda: resample(mesh, pv, (n, n, n))}
 
-
-def best_of(f, reps):
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        f()
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def cpu(sizes, reps):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import time
+from typing import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -14,6 +16,17 @@ def commit() -> str:
     whose git metadata may be stale), else git's HEAD."""
     return os.environ.get("INSITU_COMMIT") or (subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip() or "unknown")
+
+
+def best_of(f: Callable[[], object], reps: int = 3, clock: Callable[[], float] = time.perf_counter) -> float:
+    """The shortest of `reps` runs of `f`, in seconds of `clock` (wall time by default;
+    ``time.process_time`` for CPU time, steadier on a shared machine)."""
+    best = float("inf")
+    for _ in range(reps):
+        t = clock()
+        f()
+        best = min(best, clock() - t)
+    return best
 
 
 def emit(text: str, md: str | None) -> None:
