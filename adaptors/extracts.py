@@ -3,7 +3,8 @@
 :data:`EXTRACTS` maps each type to a function ``f(x: Extract) -> None`` run on every rank
 for every step the extract is due; its keys are :data:`adaptors.config.SCHEMA`'s
 ``extracts`` section, which checks the parameters. ``adios2`` writes composited frames
-(rank 0) through :class:`insitu.stream.FrameWriter`, ``adios2_mesh`` writes every rank's
+(rank 0) through :class:`insitu.stream.FrameWriter`, with their plots' colour ranges, data
+reductions and (``profile: true``) stage timings, ``adios2_mesh`` writes every rank's
 domains into one stream of global arrays (:class:`adaptors.meshstream.MeshStream`: a
 collective, rank 0 writes), ``hdf5`` writes the fields. Both ADIOS2 extracts carry the
 VTX (``vtk.xml``) and Fides attributes ParaView and VisIt open them with. Streams
@@ -94,7 +95,8 @@ def adios2(x: Extract) -> None:
     r = x.images[keys[0]]
     # The frame leaves the device inside write(), into the writer's page-locked buffer.
     stream.write(to_uint8(r.rgba, unpremultiply=True, host=False), step=x.step, time=x.time, camera=r.camera,
-                 depth=r.depth if prm["depth"] else None, ranges=r.ranges, attributes={"render": keys[0]})
+                 depth=r.depth if prm["depth"] else None, ranges=r.ranges, stats=r.stats, timings=r.timings,
+                 attributes={"render": keys[0]})
 
 
 #: Extract types by the name a configuration uses.

@@ -41,6 +41,8 @@ class Rendered:
     camera: Any  # render.camera.Camera
     ranges: dict  # plotted field -> (lo, hi)
     path: str | None  # the PNG to write, if the render has an image_prefix
+    stats: dict = dataclasses.field(default_factory=dict)  # plotted field -> {"min", "max", "mean"} of its data
+    timings: dict = dataclasses.field(default_factory=dict)  # profile: true: this step's stages so far (seconds)
 
 
 def frame_path(prefix: str, step: int, *, name: str | None = None) -> str:
@@ -81,10 +83,13 @@ class SceneRenderer:
                steer: Mapping, step: int, time: float | None = None) -> dict:
         """Render every render of scene `name`; returns ``{render name: Rendered}`` at the
         root (images on the device they were drawn on), ``{}`` elsewhere. Renders with
-        ``annotations`` get the first plot's legend, the step and `time` drawn in."""
+        ``annotations`` get the first plot's legend, the step and `time` drawn in. Each
+        carries its plots' data reductions (min and max, from which unset colour ranges
+        come, and mean) and, with ``profile: true``, the step's stage timings so far."""
         ctx = self.ctx
         bounds = ctx.bounds(raw.domains)
         out = {}
+        stats: dict = {}  # (pipeline, field) -> {"min", "max", "mean"}: once per step
         for rname, r in scene["renders"].items():
             cam_cfg = {**r["camera"], **(steer.get("camera") or {})}
             w, h = r["image_width"], r["image_height"]
@@ -102,13 +107,20 @@ class SceneRenderer:
                 if not field:
                     raise ValueError(f"scenes/{name}/plots/{pname}: needs a field to colour by (a slice, clip or "
                                      "threshold has none of its own)")
-                with self.prof.stage("ranges"):
-                    lo = p["min_value"] if p["min_value"] is not None else ctx.reduce_field(ds.domains, field, "min")
-                    hi = p["max_value"] if p["max_value"] is not None else ctx.reduce_field(ds.domains, field, "max")
+                key = (p.get("pipeline"), field)
+                if key not in stats:
+                    with self.prof.stage("ranges"):
+                        stats[key] = {op: ctx.reduce_field(ds.domains, field, op) for op in ("min", "max", "avg")}
+                        stats[key]["mean"] = stats[key].pop("avg")
+                lo = p["min_value"] if p["min_value"] is not None else stats[key]["min"]
+                hi = p["max_value"] if p["max_value"] is not None else stats[key]["max"]
                 cmap = steer.get("colormap") or p["color_table"]["name"]
                 if p["type"] == "volume" and steer.get("transfer_function"):
                     p = {**p, "color_table": {**p["color_table"], "opacity": steer["transfer_function"]}}
                 plots.append((pname, p, ds, field, lo, hi, cmap))
+            per_field: dict = {}
+            for (_, f), st in stats.items():
+                per_field.setdefault(f, st)
             for vname, cam, path in views:
                 rgba, depth = self._draw(f"scenes/{name}/renders/{vname}", plots, cam, w, h, bounds, raw, step)
                 if ctx.rank != 0:
@@ -125,8 +137,16 @@ class SceneRenderer:
                         fg = r.get("fg_color") or foreground_for(bg)
                         annotate(rgba, field=field, lo=lo, hi=hi, colormap=cmap, step=step, time=time, fg=fg)
                 ranges = {f: (lo, hi) for _, _, _, f, lo, hi, _ in plots}
-                out[vname] = Rendered(rgba, depth, cam, ranges, path)
+                out[vname] = Rendered(rgba, depth, cam, ranges, path,
+                                      {f: per_field[f] for f in ranges}, self._timings_so_far())
         return out
+
+    def _timings_so_far(self) -> dict:
+        """The step's stage seconds so far, leaving them counted (``{}`` when not profiling)."""
+        so_far = self.prof.times()  # clears: given back at once, so the step's total stays whole
+        for k, v in so_far.items():
+            self.prof.add(k, v)
+        return so_far
 
     def _cinema_views(self, rname: str, r: Mapping, cam_cfg: Mapping, bounds) -> list:
         """``(name, camera, path)`` of a cinema render's views; at the root the database gets

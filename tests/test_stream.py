@@ -126,3 +126,65 @@ def test_steering_reaches_a_simulation_that_never_waits(tmp_path):
         assert steering_name("out/f") == "out/f.steer"
     finally:
         r.close()
+
+
+def test_frame_records_carry_reductions_and_timings_readable_by_adios2(tmp_path):
+    import adios2
+
+    name = str(tmp_path / "frames.bp")
+    with FrameWriter(name, "BP5") as w:
+        for step in range(3):
+            w.write(pattern(step, 8), step=step, time=0.5 * step,
+                    stats={"T": {"min": -step, "max": 2.0 * step, "mean": 0.5}, "rho": {"min": 1.0}},
+                    timings={"draw": 0.01 * step} if step else None)
+        with pytest.raises(ValueError, match=r"stats/T: unknown key\(s\) 'median'; known: min, max, mean"):
+            w.write(pattern(3, 8), step=3, time=1.5, stats={"T": {"median": 1.0}})
+    with adios2.FileReader(name) as f:  # ADIOS2 alone: self-describing names, one value per step
+        v = f.available_variables()
+        assert {"stats/T/min", "stats/T/max", "stats/T/mean", "stats/rho/min", "timings/draw", "frame_number"} <= set(v)
+        assert v["timings/draw"]["AvailableStepsCount"] == "2"
+        assert f.read("stats/T/max", step_selection=[0, 3]).ravel().tolist() == [0.0, 2.0, 4.0]
+        assert f.read("frame_number", step_selection=[0, 3]).ravel().tolist() == [0, 1, 2]
+    with FrameReader(name) as r:
+        frames = list(r)
+    assert frames[2].stats == {"T": {"min": -2.0, "max": 4.0, "mean": 0.5}, "rho": {"min": 1.0}}
+    assert (frames[0].timings, frames[2].timings) == ({}, {"draw": 0.02})
+    assert [f.frame_number for f in frames] == [0, 1, 2]
+
+
+def test_adaptor_frames_carry_the_fields_min_max_mean_and_stage_timings(tmp_path):
+    """Min/max/mean over the real points of two domains with ghost layers holding outliers,
+    against NumPy's; the stage timings of ``profile: true``; read with ADIOS2 alone."""
+    import adios2
+
+    import adaptors
+
+    n, bp = 10, str(tmp_path / "frames.bp")
+    rng = np.random.default_rng(7)
+    meshes, real = [], []
+    for step in range(2):
+        doms = []
+        for d in range(2):
+            f = rng.normal(step, 1.0 + d, (n, n, n))
+            real.append((step, f[1:-1, 1:-1, 1:-1].copy()))
+            f[0], f[-1] = 1e6, -1e6  # on ghost nodes only: they must not count
+            f[:, 0], f[:, :, -1] = 1e6, -1e6
+            doms.append(adaptors.uniform({"T": f}, origin=(0, 0, 7.0 * d), ghost=1, domain_id=d))
+        meshes.append(doms)
+    cfg = {"profile": True,
+           "scenes": {"s": {"plots": {"p": {"type": "pseudocolor", "field": "T"}},
+                            "renders": {"r": {"image_width": 32, "image_height": 24}}}},
+           "extracts": {"e": {"type": "adios2", "params": {"filename": bp}}}}
+    with adaptors.Adaptor(cfg) as a:
+        for step, doms in enumerate(meshes):
+            assert a.execute(step, 0.1 * step, doms), a.results()["errors"]
+    with adios2.FileReader(bp) as f:
+        got = {k: f.read(f"stats/T/{k}", step_selection=[0, 2]).ravel() for k in ("min", "max", "mean")}
+        ranges = f.read("ranges", step_selection=[0, 2]).reshape(2, 2)
+        timings = {k for k in f.available_variables() if k.startswith("timings/")}
+    for step in range(2):
+        ref = np.concatenate([r.ravel() for s, r in real if s == step])
+        assert (got["min"][step], got["max"][step]) == (ref.min(), ref.max())
+        assert got["mean"][step] == pytest.approx(ref.mean(), rel=1e-12)
+        assert ranges[step].tolist() == [ref.min(), ref.max()]  # the colour range: the data's here
+    assert {"timings/mesh", "timings/ranges", "timings/composite"} <= timings, timings

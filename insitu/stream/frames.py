@@ -5,9 +5,14 @@ Each step is a frame: a W x H x 1 image data (origin 0, spacing 1, rows bottom f
 VTK's y axis points up) whose point data are ``rgba``, (H*W, 4) uint8 (straight alpha:
 VTK's layout of a 4-component array), ``luminance``, (1, H, W) uint8 (BT.601, integer
 weights), and optionally ``depth``, (1, H, W) float32 (distance along the view, inf where
-empty). Beside them: ``step`` (int64), ``time`` (float64), ``camera`` (9 float64: eye,
-look_at, up) and ``ranges`` (2 float64 per field named by the attribute ``range_fields``,
-"T,rho"). Attributes set once: ``render`` (which render), ``range_fields``, and the two
+empty). Beside them: ``step`` (int64), ``time`` (float64), ``frame_number`` (int64: frames
+handed to the writer before this one, so a gap between a reader's consecutive frames
+counts the frames dropped on the way), ``camera`` (9 float64: eye, look_at, up) and
+``ranges`` (2 float64 per field named by the attribute ``range_fields``, "T,rho": the
+colour range), and per step any of ``stats/FIELD/min``, ``stats/FIELD/max``,
+``stats/FIELD/mean`` (the field's reductions over the data) and ``timings/STAGE``
+(seconds, from the adaptor's ``profile: true``): one float64 each, self-describing names
+any ADIOS2 tool lists (``bpls``). Attributes set once: ``render`` (which render), ``range_fields``, and the two
 schemas of :mod:`insitu.stream.schema` for the first frame's size: ``vtk.xml`` (VTX) and
 ``Fides_*``. VTX reads one-component arrays only and a size fixed for the whole stream: it
 shows ``luminance`` and ``depth``; Fides sizes the grid step by step from ``luminance``
@@ -98,6 +103,9 @@ class Frame:
     camera: np.ndarray | None = None  # (9,) eye, look_at, up
     depth: np.ndarray | None = None  # (H, W) float32
     ranges: dict = dataclasses.field(default_factory=dict)  # field -> (lo, hi)
+    stats: dict = dataclasses.field(default_factory=dict)  # field -> {"min": .., "max": .., "mean": ..}
+    timings: dict = dataclasses.field(default_factory=dict)  # stage -> seconds
+    frame_number: int | None = None  # frames the writer was handed before this one
 
 
 class FrameWriter(_Stream):
@@ -139,6 +147,7 @@ class FrameWriter(_Stream):
         #: default SST, frames replaced by a newer one while the writer process was busy.
         self.dropped = 0
         self._fields: tuple | None = None
+        self._offered = 0  # write() calls so far: each frame's frame_number
         self._attrs: dict[str, Any] = {}
         self._staging = _Staging()
         if self.engine == "SST":
@@ -157,7 +166,9 @@ class FrameWriter(_Stream):
         self._stream = adios2.Stream(io, name, "w")
 
     def write(self, image, *, step: int, time: float, camera=None, depth=None,
-              ranges: Mapping[str, Sequence[float]] | None = None, attributes: Mapping[str, Any] | None = None) -> None:
+              ranges: Mapping[str, Sequence[float]] | None = None,
+              stats: Mapping[str, Mapping[str, float]] | None = None, timings: Mapping[str, float] | None = None,
+              attributes: Mapping[str, Any] | None = None) -> None:
         """Write one frame.
 
         Parameters
@@ -171,7 +182,11 @@ class FrameWriter(_Stream):
         depth : (H, W) float array, NumPy or CuPy, optional
             Sent as float32 (a device depth is converted there, then copied as the image is).
         ranges : {field: (lo, hi)}, optional
-            The same fields every step.
+            The colour ranges; the same fields every step.
+        stats : {field: {"min" | "max" | "mean": number}}, optional
+            This step's reductions of each field (``stats/FIELD/KEY``); any fields, any step.
+        timings : {stage: seconds}, optional
+            This step's stage timings (``timings/STAGE``).
         attributes : {name: str or numbers}, optional
             Stream attributes; those of the first call are kept.
 
@@ -181,6 +196,7 @@ class FrameWriter(_Stream):
             SST: readers held the writer past `deadline`; they were dropped (see the class).
         """
         # Checked before anything leaves the device.
+        scalars = _scalars(stats, timings)
         img = arrays.asarray(image, name="frame image")
         if img.ndim != 3 or img.shape[2] != 4 or img.dtype != np.uint8:
             raise ValueError(f"frame image: expected (H, W, 4) uint8, got {tuple(img.shape)} {img.dtype}")
@@ -193,7 +209,8 @@ class FrameWriter(_Stream):
         host = self._staging.host("image", img)[::-1]
         out: list = [("rgba", host, [h * w, 4], [0, 0], [h * w, 4]),
                      ("luminance", _luminance(host), [1, h, w], [0, 0, 0], [1, h, w]),
-                     ("step", np.array([step], np.int64)), ("time", np.array([time], np.float64))]
+                     ("step", np.array([step], np.int64)), ("time", np.array([time], np.float64)),
+                     ("frame_number", np.array([self._offered], np.int64)), *scalars]
         if camera is not None:
             cam = camera if isinstance(camera, (list, tuple, np.ndarray)) else \
                 [*camera.position, *camera.look_at, *camera.up]
@@ -213,6 +230,7 @@ class FrameWriter(_Stream):
             out.append(("ranges", np.array([float(v) for k in names for v in ranges[k]], np.float64)))
         if self.steps == 0 and self.dropped == 0:
             attributes = {**frame_schemas(w, h, depth=d is not None), **(attributes or {})}
+        self._offered += 1  # a frame lost from here on leaves a gap in the numbers readers see
         self.write_variables(out, attributes=attributes)
 
     def write_variables(self, variables: Sequence[tuple], *, attributes: Mapping[str, Any] | None = None) -> bool:
@@ -300,6 +318,27 @@ def frame_schemas(width: int, height: int, *, depth: bool = False) -> dict:
     variables = {"rgba": "points", **dict.fromkeys(point, "points")}
     return {"vtk.xml": vtx_image((width - 1, height - 1, 0), (0, 0, 0), (1, 1, 1), point=point),
             **fides_uniform((0, 0, 0), (1, 1, 1), dimension="luminance", variables=variables, vectors=["rgba"])}
+
+
+STAT_KEYS = ("min", "max", "mean")
+
+
+def _scalars(stats: Mapping[str, Mapping[str, float]] | None, timings: Mapping[str, float] | None) -> list:
+    """``stats/FIELD/KEY`` and ``timings/STAGE`` as one-value float64 variables, checked."""
+    out = []
+    for field, kv in (stats or {}).items():
+        if not isinstance(field, str) or not field or not isinstance(kv, Mapping):
+            raise ValueError(f"frame stats: expected {{field name: {{min|max|mean: number}}}}, got {field!r}: {kv!r}")
+        bad = sorted(set(kv) - set(STAT_KEYS))
+        if bad:
+            raise ValueError(f"frame stats/{field}: unknown key(s) {', '.join(map(repr, bad))}; "
+                             f"known: {', '.join(STAT_KEYS)}")
+        out += [(f"stats/{field}/{k}", np.array([float(kv[k])], np.float64)) for k in STAT_KEYS if k in kv]
+    for stage, sec in (timings or {}).items():
+        if not isinstance(stage, str) or not stage:
+            raise ValueError(f"frame timings: expected {{stage name: seconds}}, got {stage!r}")
+        out.append((f"timings/{stage}", np.array([float(sec)], np.float64)))
+    return out
 
 
 def _luminance(rgba: np.ndarray) -> np.ndarray:
@@ -771,6 +810,14 @@ class FrameReader(_Stream):
                 image = s.read("image")
                 h, w = image.shape[:2]
             f = Frame(int(s.read("step")[0]), float(s.read("time")[0]), image)
+            if "frame_number" in names:
+                f.frame_number = int(s.read("frame_number")[0])
+            for k in names:
+                if k.startswith("stats/") and k.count("/") >= 2:
+                    field, key = k[6:].rsplit("/", 1)
+                    f.stats.setdefault(field, {})[key] = float(s.read(k)[0])
+                elif k.startswith("timings/"):
+                    f.timings[k[8:]] = float(s.read(k)[0])
             if "camera" in names:
                 f.camera = s.read("camera")
             if "depth" in names:
