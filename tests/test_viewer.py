@@ -172,8 +172,8 @@ def frame(url):
     return int(h["X-Insitu-Step"]), np.asarray(Image.open(io.BytesIO(data)))
 
 
-def post(url, update):
-    req = urllib.request.Request(at(url, "steer"), json.dumps(update).encode(), {"Content-Type": "application/json"})
+def post(url, update, what="steer"):
+    req = urllib.request.Request(at(url, what), json.dumps(update).encode(), {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, json.loads(r.read())
@@ -224,6 +224,23 @@ def test_steering_state_merges_and_validates():
     assert s.version == 6  # failed updates change nothing
 
 
+def test_series_keeps_each_frames_values_and_counts_the_frames_lost_on_the_way():
+    from insitu.stream import Frame
+    from insitu.viewer import Series
+
+    s, img = Series(history=4), np.zeros((1, 1, 4), np.uint8)
+    # frame numbers 0, 1, 4, 5, 9 (2 + 3 lost), then 2: a new writer (no gap counted), then 3
+    for i, n in enumerate([0, 1, 4, 5, 9, 2, 3]):
+        s.add(Frame(i, 0.5 * i, img, stats={"T": {"min": -i, "max": float("inf")}}, timings={"draw": 0.001},
+                    frame_number=n))
+    assert s.dropped == 5 and s.count == 7
+    got = s.since(0)
+    assert got["start"] == 3 and got["count"] == 7 and [p["step"] for p in got["points"]] == [3, 4, 5, 6]
+    assert got["points"][0] == {"step": 3, "time": 1.5, "stats": {"T": {"min": -3.0, "max": None}},
+                                "timings": {"draw": 0.001}}  # JSON has no infinity
+    assert s.since(6)["points"][0]["step"] == 6 and s.since(99) == {"start": 7, "points": [], "count": 7}
+
+
 def test_steering_keys_match_the_renderers_and_the_adaptor():
     from adaptors import STEERABLE
     from adaptors.config import SCHEMA
@@ -256,7 +273,8 @@ def test_bp5_replay_serves_all_steps_in_order_and_records(tmp_path):
     bp, n = str(tmp_path / "frames.bp"), 12
     with FrameWriter(bp, "BP5") as w:
         for s in range(n):
-            w.write(pattern(s, 31, 45), step=s, time=0.5 * s, ranges={"T": (0.0, float(s))})
+            w.write(pattern(s, 31, 45), step=s, time=0.5 * s, ranges={"T": (0.0, float(s))},
+                    stats={"T": {"min": -s, "max": 2 * s, "mean": 0.5}})
     v = serve(bp, png=str(tmp_path / "png"), mp4=str(tmp_path / "movie.mp4"), rate=40)
     try:
         assert v.wait(20)
@@ -264,8 +282,24 @@ def test_bp5_replay_serves_all_steps_in_order_and_records(tmp_path):
         assert st["mode"] == "replay" and st["ended"] and st["error"] is None and st["record_error"] is None
         assert st["steps"] == list(range(n)) and st["frames"] == n and st["step"] == n - 1
         assert (st["width"], st["height"], st["time"], st["ranges"]) == (45, 31, 5.5, {"T": [0.0, 11.0]})
+        assert st["replay"] == {"position": n - 1, "count": n, "playing": False, "complete": True, "rate": 40.0}
+        assert st["stats"] == {"T": {"min": -11.0, "max": 22.0, "mean": 0.5}} and st["dropped"] == 0
         step, img = frame(v.url)  # the last frame stays served after the end
         assert step == n - 1 and np.array_equal(img, pattern(n - 1, 31, 45))
+        series = json.loads(get(v.url, "series?since=10")[0])
+        assert series["start"] == 10 and series["count"] == n
+        assert [(p["step"], p["stats"]["T"]["max"]) for p in series["points"]] == [(10, 20.0), (11, 22.0)]
+        # the timeline: seek by step, then frame by frame; the frame served is that step's
+        for command, want in [({"step": 4}, 4), ({"delta": -1}, 3), ({"delta": 2}, 5), ({"position": 9}, 9),
+                              ({"delta": 99}, n - 1), ({"step": -5}, 0)]:
+            code, body = post(v.url, command, "replay")
+            assert code == 200 and body["position"] == want and not body["playing"], (command, body)
+            until(lambda: frame(v.url)[0] == want, 10, f"frame {want} after {command}")
+            assert np.array_equal(frame(v.url)[1], pattern(want, 31, 45))
+        for bad, match in [({"seek": 1}, "replay: expected one of"), ({"position": n}, "position: expected 0 .. 11"),
+                           ({"step": 1.5}, "step: expected an integer"), ({"play": "yes"}, "play: expected true")]:
+            code, body = post(v.url, bad, "replay")
+            assert code == 400 and match in body["error"], body
         assert not st["steering"]["enabled"]
         from render.colormap import NAMES
 

@@ -6,7 +6,10 @@
     >>> v.close()
 
 Command line: ``insitu view STREAM`` (see :mod:`insitu.cli`). The page shows the newest
-frame with its step, time and frames/s and has controls for the camera (orbit, zoom),
+frame with its step, time and frames/s, a plot over the steps of what the frames carry
+(the fields' min, mean and max, the stage timings), the frames dropped on the way (live)
+or a timeline (replays: play/pause, slider, jump to a step, frame by frame), and has
+controls for the camera (orbit, zoom),
 iso values, colormap, volume opacity, simulation parameters, pause and stop; each
 control POSTs a steering update, the viewer merges it into its state and sends the whole
 state on ``<stream>.steer`` (and again every second), which the simulation's adaptor
@@ -18,10 +21,10 @@ Needs only :mod:`insitu.stream`, NumPy and Pillow (and ffmpeg for ``mp4=``).
 from __future__ import annotations
 
 from .server import Handler, Viewer
-from .state import CAMERA_KEYS, COLORMAPS, STEER_KEYS, FrameBuffer, SteeringState, validate_update
+from .state import CAMERA_KEYS, COLORMAPS, STEER_KEYS, FrameBuffer, Series, SteeringState, validate_update
 
-__all__ = ["CAMERA_KEYS", "COLORMAPS", "FrameBuffer", "Handler", "STEER_KEYS", "SteeringState", "Viewer", "serve",
-           "validate_update"]
+__all__ = ["CAMERA_KEYS", "COLORMAPS", "FrameBuffer", "Handler", "STEER_KEYS", "Series", "SteeringState", "Viewer",
+           "serve", "validate_update"]
 
 
 def serve(stream: str, *, engine: str | None = None, host: str = "127.0.0.1", port: int = 0,

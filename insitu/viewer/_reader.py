@@ -30,7 +30,8 @@ def write_frame(out: BinaryIO, f) -> None:
     img = np.ascontiguousarray(f.image, np.uint8)
     head = {"step": int(f.step), "time": float(f.time), "shape": list(img.shape),
             "camera": None if f.camera is None else [float(x) for x in f.camera],
-            "ranges": {k: [float(a), float(b)] for k, (a, b) in f.ranges.items()}}
+            "ranges": {k: [float(a), float(b)] for k, (a, b) in f.ranges.items()},
+            "stats": f.stats, "timings": f.timings, "frame_number": f.frame_number}
     out.write(json.dumps(head).encode() + b"\n")
     out.write(memoryview(img).cast("B"))
     out.flush()
@@ -51,7 +52,8 @@ def read_frame(inp: BinaryIO):
     n = int(np.prod(shape))
     img = np.frombuffer(_read_exact(inp, n), np.uint8).reshape(shape)
     camera = None if head["camera"] is None else np.asarray(head["camera"], np.float64)
-    return Frame(head["step"], head["time"], img, camera, None, {k: tuple(v) for k, v in head["ranges"].items()})
+    return Frame(head["step"], head["time"], img, camera, None, {k: tuple(v) for k, v in head["ranges"].items()},
+                 head.get("stats", {}), head.get("timings", {}), head.get("frame_number"))
 
 
 def _read_exact(inp: BinaryIO, n: int) -> bytes:

@@ -7,18 +7,26 @@ pipes frames to ffmpeg (the binary shipped in the ``imageio-ffmpeg`` wheel, else
 A movie has no alpha: frames are composited over black and padded to even sizes (H.264
 with yuv420p needs them); a frame whose size differs from the first one's is padded or
 cropped to it.
+
+:class:`FrameStore` keeps the frames of a BP5 replay for the page's timeline: compressed
+into a temporary file no other user can open (removed when the viewer closes or dies),
+so seeking costs the disk, not the viewer's memory.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import shutil
 import subprocess
+import tempfile
+import threading
+import zlib
 
 import numpy as np
 
-__all__ = ["Mp4Writer", "PngDirectory", "encode_png", "ffmpeg_exe"]
+__all__ = ["FrameStore", "Mp4Writer", "PngDirectory", "encode_png", "ffmpeg_exe"]
 
 
 def encode_png(image: np.ndarray, *, compress_level: int = 1) -> bytes:
@@ -117,3 +125,61 @@ class Mp4Writer:
         if p.returncode != 0:
             raise RuntimeError(f"ffmpeg failed writing {self.path} (exit {p.returncode}): "
                                f"{err.decode(errors='replace').strip()[-500:]}")
+
+
+class FrameStore:
+    """Frames by position (0, 1, ... in arrival order), their images zlib-compressed (level
+    1: a fraction of a frame's interval) in an anonymous temporary file; thread-safe.
+
+    :meth:`add` keeps a frame, :meth:`get` gives it back (image read and inflated; no
+    depth), :meth:`find` the position of a step, :meth:`close` removes the file.
+    """
+
+    def __init__(self, directory: str | None = None) -> None:
+        self._file = tempfile.TemporaryFile(prefix="insitu-view-", dir=directory)  # unlinked at once, mode 0600
+        self._lock = threading.Lock()
+        self._index: list[tuple[int, int, tuple, object]] = []  # (offset, bytes, shape, frame without image)
+        self._end = 0
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def add(self, frame) -> int:
+        """Keep `frame` (an :class:`insitu.stream.Frame`); returns its position."""
+        img = np.ascontiguousarray(frame.image, np.uint8)
+        data = zlib.compress(memoryview(img).cast("B"), 1)
+        meta = dataclasses.replace(frame, image=np.zeros((0, 0, 4), np.uint8), depth=None)
+        with self._lock:
+            os.pwrite(self._file.fileno(), data, self._end)
+            self._index.append((self._end, len(data), img.shape, meta))
+            self._end += len(data)
+            return len(self._index) - 1
+
+    def get(self, i: int):
+        """The frame at position `i` (IndexError outside ``0 .. len - 1``)."""
+        with self._lock:
+            if not 0 <= i < len(self._index):
+                raise IndexError(f"frame position {i}: expected 0 .. {len(self._index) - 1}")
+            off, n, shape, meta = self._index[i]
+        data = zlib.decompress(os.pread(self._file.fileno(), n, off))
+        return dataclasses.replace(meta, image=np.frombuffer(data, np.uint8).reshape(shape))
+
+    def steps(self) -> list[int]:
+        """Each position's step."""
+        with self._lock:
+            return [m.step for _, _, _, m in self._index]
+
+    def find(self, step: int) -> int:
+        """The position of the first frame of `step`, else of the nearest step before it
+        (the first frame when none is before); ValueError when empty."""
+        steps = self.steps()
+        if not steps:
+            raise ValueError("no frame yet")
+        exact = [i for i, s in enumerate(steps) if s == step]
+        if exact:
+            return exact[0]
+        before = [s for s in steps if s < step]
+        return steps.index(max(before)) if before else 0
+
+    def close(self) -> None:
+        self._file.close()

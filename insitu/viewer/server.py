@@ -4,12 +4,17 @@ Threads (all stopped by :meth:`Viewer.close`):
 
 - *reader*: takes the frames from a reader process (:mod:`insitu.viewer._reader`, an
   :class:`insitu.stream.FrameReader` on the SST stream or BP5 file: ADIOS2 calls hold
-  the GIL while they block, which would freeze this process), paces a BP5 replay at
-  ``rate`` frames per second, keeps the newest frame in a
-  :class:`~insitu.viewer.state.FrameBuffer`, writes every frame it receives to the
-  recorders (``--png`` / ``--mp4``), and marks the buffer ended when the stream ends
-  (the last frame stays served). A slow viewer does not slow a live writer: the pipe
-  fills, the reader process stops taking steps and SST drops them at the writer.
+  the GIL while they block, which would freeze this process), writes every frame it
+  receives to the recorders (``--png`` / ``--mp4``) and adds what it says of its step to
+  the :class:`~insitu.viewer.state.Series` the page plots. Live, it shows the newest
+  frame (a :class:`~insitu.viewer.state.FrameBuffer`) and marks the buffer ended when the
+  stream ends (the last frame stays served); a slow viewer does not slow a live writer:
+  the pipe fills, the reader process stops taking steps and SST drops them at the writer
+  (counted from the frames' numbers: ``dropped``). A replay's frames go, as fast as they
+  are read, into a :class:`~insitu.viewer.record.FrameStore` for the timeline.
+- *player* (BP5 replays only): shows the stored frames at ``rate`` frames per second
+  from the first, or the one the page seeks to (``POST /replay``), and marks the buffer
+  ended the first time it shows the last frame of a file read to its end.
 - *steering* (live streams only): owns the :class:`insitu.stream.SteeringWriter` on
   ``<stream>.steer`` and sends the WHOLE steering state after every change and once
   every ``heartbeat`` seconds, so a simulation whose reader connects late (or lost an
@@ -44,8 +49,8 @@ from importlib import resources
 
 from ..log import get_logger
 from ._access import Access, Refused, body_length
-from .record import Mp4Writer, PngDirectory, encode_png
-from .state import COLORMAPS, STEER_KEYS, FrameBuffer, SteeringState
+from .record import FrameStore, Mp4Writer, PngDirectory, encode_png
+from .state import COLORMAPS, STEER_KEYS, FrameBuffer, Series, SteeringState, finite
 
 __all__ = ["IDLE_TIMEOUT", "MAX_BODY", "MAX_HANDLERS", "Viewer"]
 
@@ -115,7 +120,12 @@ class Viewer:
         self.steer_enabled = eng == "SST" if steer is None else bool(steer)
         self.timeout, self.rate, self.heartbeat = float(timeout), float(rate), float(heartbeat)
         self.frames = FrameBuffer()
+        self.series = Series()
         self.steering = SteeringState()
+        # a replay's timeline: the player shows store[_pos], moving on while _playing or to _seek
+        self._store = FrameStore() if self.mode == "replay" else None
+        self._replay = threading.Condition()
+        self._pos, self._playing, self._seek, self._complete = -1, True, None, False
         self.error: str | None = None
         self.connected = False
         self.steer_sent = 0
@@ -156,6 +166,8 @@ class Viewer:
                          threading.Thread(target=self._read, name="insitu-view-reader", daemon=True)]
         if self.steer_enabled:
             self._threads.append(threading.Thread(target=self._steer_loop, name="insitu-view-steer", daemon=True))
+        if self._store is not None:
+            self._threads.append(threading.Thread(target=self._play, name="insitu-view-player", daemon=True))
         for t in self._threads:
             t.start()
 
@@ -186,12 +198,66 @@ class Viewer:
             "width": None if f is None else int(f.image.shape[1]),
             "height": None if f is None else int(f.image.shape[0]),
             "camera": None if f is None or f.camera is None else [float(x) for x in f.camera],
-            "ranges": {} if f is None else {k: list(v) for k, v in f.ranges.items()},
+            "ranges": {} if f is None else finite({k: list(v) for k, v in f.ranges.items()}),
+            "stats": {} if f is None else finite(f.stats), "timings": {} if f is None else finite(f.timings),
             "first_step": self.frames.first_step, "steps": list(self.frames.steps),
+            "received": self.series.count, "dropped": self.series.dropped, "replay": self.replay_status(),
             "steering": {"enabled": self.steer_enabled, "state": self.steering.snapshot(),
                          "sent": self.steer_sent, "error": self.steer_error},
             "colormaps": list(COLORMAPS),
         }
+
+    def replay_status(self) -> dict | None:
+        """A replay's timeline: ``position`` (of the frame shown, -1 before the first),
+        ``count`` (frames read), ``playing``, ``complete`` (the file was read to its end),
+        ``rate``; None for a live stream."""
+        if self._store is None:
+            return None
+        with self._replay:
+            return {"position": self._pos, "count": len(self._store), "playing": self._playing,
+                    "complete": self._complete, "rate": self.rate}
+
+    def replay(self, command) -> dict:
+        """Move a replay's timeline: ``{"play": bool}``, ``{"position": i}`` (0-based, in
+        reading order), ``{"step": s}`` (the first frame of step `s`, else the nearest before
+        it) or ``{"delta": n}`` (frames forward, or back when negative; seeking pauses).
+        Returns :meth:`replay_status` as it will be.
+
+        Raises
+        ------
+        ValueError
+            Not a replay, no frame yet, or a malformed command (naming the key and what is accepted).
+        """
+        if self._store is None:
+            raise ValueError(f"replay: {self.stream!r} is a live stream; only BP5 replays have a timeline")
+        keys = ("play", "position", "step", "delta")
+        if not isinstance(command, dict) or len(command) != 1 or next(iter(command)) not in keys:
+            raise ValueError(f"replay: expected one of {{\"play\": true|false}}, {{\"position\": i}}, "
+                             f"{{\"step\": s}}, {{\"delta\": n}}; got {command!r}")
+        (k, v), = command.items()
+        if k == "play" and not isinstance(v, bool):
+            raise ValueError(f"replay: play: expected true or false, got {v!r}")
+        if k != "play" and (not isinstance(v, int) or isinstance(v, bool)):
+            raise ValueError(f"replay: {k}: expected an integer, got {v!r}")
+        n = len(self._store)
+        if k != "play" and n == 0:
+            raise ValueError("replay: no frame yet")
+        with self._replay:
+            if k == "play":
+                if v and self._complete and self._pos >= n - 1:
+                    self._seek = 0  # play at the end: from the start again
+                self._playing = v
+            else:
+                at = self._pos if self._seek is None else self._seek
+                target = v if k == "position" else self._store.find(v) if k == "step" else at + v
+                if k == "position" and not 0 <= v < n:
+                    raise ValueError(f"replay: position: expected 0 .. {n - 1}, got {v}")
+                self._seek, self._playing = min(max(target, 0), n - 1), False
+            self._replay.notify_all()
+        status = self.replay_status()
+        if status is not None and self._seek is not None:
+            status["position"] = self._seek
+        return status or {}
 
     def png(self) -> tuple[int, int, float, bytes] | None:
         """``(seq, step, time, png bytes)`` of the newest frame, encoded once per frame."""
@@ -261,7 +327,6 @@ class Viewer:
                 self._proc = proc = subprocess.Popen(
                     [sys.executable, "-m", "insitu.viewer._reader", self.stream, self.engine, repr(self.timeout)],
                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=env, start_new_session=True)
-            t0, n = time.monotonic(), 0
             while not self._stop.is_set():
                 f = read_frame(proc.stdout)
                 if isinstance(f, dict):
@@ -272,13 +337,14 @@ class Viewer:
                     if "end" in f or "error" in f:
                         return
                     continue
-                if self.mode == "replay":  # at `rate` frames per second
-                    delay = t0 + n / self.rate - time.monotonic()
-                    if delay > 0 and self._stop.wait(delay):
-                        return
-                    n += 1
                 self._record(f)
-                self.frames.put(f)
+                self.series.add(f)
+                if self._store is None:
+                    self.frames.put(f)
+                else:  # the player shows it
+                    self._store.add(f)
+                    with self._replay:
+                        self._replay.notify_all()
         except Exception as exc:  # the reader process died mid-frame, could not start
             if not self._stop.is_set():
                 self._fail(str(exc), True)
@@ -288,7 +354,47 @@ class Viewer:
             if proc is not None:
                 proc.stdout.close()
             self._close_mp4()
-            self.frames.end()
+            if self._store is None:
+                self.frames.end()
+            else:  # the player ends the buffer once it has shown the last frame
+                with self._replay:
+                    self._complete = True
+                    self._replay.notify_all()
+
+    def _play(self) -> None:
+        """Show the replay's frames: the next one every 1/rate s while playing, or the one sought."""
+        store, interval, due = self._store, 1.0 / self.rate, time.monotonic()
+        assert store is not None
+        while True:
+            with self._replay:
+                while True:
+                    if self._stop.is_set():
+                        return
+                    n, target = len(store), None
+                    if self._seek is not None:
+                        target, self._seek = self._seek, None
+                        break
+                    if self._playing and self._pos + 1 < n:
+                        wait = due - time.monotonic()
+                        if wait <= 0:
+                            target = self._pos + 1
+                            break
+                        self._replay.wait(wait)
+                        continue
+                    if self._playing and self._complete:  # at the last frame
+                        self._playing = False
+                    if self._complete and self._pos >= n - 1 and not self.frames.ended:
+                        break  # the file's last frame is shown: the buffer ends (once)
+                    self._replay.wait(0.5)
+            if target is None:
+                self.frames.end()
+                continue
+            f = store.get(target)
+            with self._replay:
+                self._pos = target
+            self.frames.put(f)
+            now = time.monotonic()
+            due = (due if due > now - interval else now) + interval  # on schedule, without catching up bursts
 
     def _fail(self, msg: str, crashed: bool = False) -> None:
         if self.connected or crashed:
@@ -339,6 +445,8 @@ class Viewer:
             return
         self._stop.set()
         self._steer_wake.set()
+        with self._replay:
+            self._replay.notify_all()
         threading.Thread(target=self._end_reader, daemon=True).start()  # the reader thread may be in a read
         deadline = time.monotonic() + timeout
         for t in self._threads[1:]:
@@ -346,6 +454,8 @@ class Viewer:
         self._httpd.stop()
         self._threads[0].join(5)
         self._httpd.server_close()
+        if self._store is not None:
+            self._store.close()
 
     def __enter__(self) -> "Viewer":
         return self
@@ -493,7 +603,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
                          frames/seq (frames received), step, time, width, height, fps,
                          camera, ranges, first_step, steps (the last 100), record_error,
                          steering {enabled, state, sent, error}, colormaps (the names
-                         the installed renderers know; empty: any name is passed on).
+                         the installed renderers know; empty: any name is passed on),
+                         stats and timings (of the frame shown), received (frames read),
+                         dropped (frames lost between the writer and the viewer), replay
+                         (the timeline of a BP5 replay: position, count, playing, complete,
+                         rate; null for a live stream).
+    ``GET /series?since=N`` JSON ``{"start", "points", "count"}``: what the frames received
+                         from number N on say of their steps (:class:`~insitu.viewer.state.Series`),
+                         at most 2,000 points an answer.
     ``GET /frame.png``   the newest frame (any other query parameter, e.g. ``?n=SEQ``, is ignored);
                          headers ``X-Insitu-Seq``, ``X-Insitu-Step``, ``X-Insitu-Time``;
                          503 before the first frame.
@@ -503,6 +620,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                          answers ``{"state": ..., "sent": n}``, 400 ``{"error": ...}`` for a
                          malformed update or length, 409 when steering is off, 411 without a
                          length, 413 above 64 KiB, 415 for another content type.
+    ``POST /replay``     a BP5 replay's timeline, as ``/steer`` takes updates: ``{"play": bool}``,
+                         ``{"position": i}``, ``{"step": s}`` or ``{"delta": n}``
+                         (:meth:`Viewer.replay`); answers the timeline, 400 for a malformed
+                         command, 409 for a live stream.
 
     Every answer of 400 or above closes the connection.
     """
@@ -586,8 +707,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
                            {"X-Insitu-Seq": str(seq), "X-Insitu-Step": str(step), "X-Insitu-Time": repr(t)})
         elif path == "/steer":
             self._json(200, {"state": v.steering.snapshot(), "enabled": v.steer_enabled, "keys": STEER_KEYS})
+        elif path == "/series":
+            since = (query.get("since") or ["0"])[0]
+            if not since.isdigit():
+                self._json(400, {"error": f"series: since: expected a point number >= 0, got {since!r}"})
+                return
+            self._json(200, v.series.since(int(since[:12])))
         else:
-            self._json(404, {"error": f"no such page {path!r}; pages: /, /status, /frame.png, /steer"})
+            self._json(404, {"error": f"no such page {path!r}; pages: /, /status, /frame.png, /steer, /series"})
 
     do_HEAD = do_GET
 
@@ -596,22 +723,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         if not self._admitted(urllib.parse.parse_qs(url.query)):
             return
-        if url.path != "/steer":
-            self._json(404, {"error": f"cannot POST to {url.path!r}; POST steering updates to /steer"})
+        what = url.path.strip("/")
+        if what not in ("steer", "replay"):
+            self._json(404, {"error": f"cannot POST to {url.path!r}; POST steering updates to /steer, "
+                                      "a replay's timeline commands to /replay"})
             return
         if self.headers.get_content_type() != "application/json":
             # also keeps other web sites out: a cross-origin JSON POST needs a CORS preflight we never grant
-            self._json(415, {"error": "steer: send a JSON object with Content-Type: application/json"})
+            self._json(415, {"error": f"{what}: send a JSON object with Content-Type: application/json"})
             return
         try:
             n = body_length(self.headers.get_all("Content-Length") or [],
                             "Transfer-Encoding" in self.headers, MAX_BODY)
         except Refused as r:
-            self._json(r.code, {"error": f"steer: {r.message}"})
+            self._json(r.code, {"error": f"{what}: {r.message}"})
             return
         body = self.rfile.read(n)
         if len(body) != n:
-            self._json(400, {"error": f"steer: the body ended after {len(body)} of {n} bytes"})
+            self._json(400, {"error": f"{what}: the body ended after {len(body)} of {n} bytes"})
             return
         try:
             update = json.loads(body or b"null")
@@ -619,11 +748,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
         except RecursionError:  # deeper than the decoder goes
             deep = True
         except ValueError as exc:  # UnicodeDecodeError included
-            self._json(400, {"error": f"steer: the body is not JSON: {exc}"})
+            self._json(400, {"error": f"{what}: the body is not JSON: {exc}"})
             return
         if deep:
-            self._json(400, {"error": f"steer: the body is nested too deeply (more than {MAX_DEPTH} levels "
+            self._json(400, {"error": f"{what}: the body is nested too deeply (more than {MAX_DEPTH} levels "
                                       "of arrays and objects) to be a steering update"})
+            return
+        if what == "replay":
+            if v.mode != "replay":
+                self._json(409, {"error": "replay: a live stream has no timeline"})
+                return
+            try:
+                self._json(200, v.replay(update))
+            except ValueError as exc:
+                self._json(400, {"error": str(exc)})
             return
         if not v.steer_enabled:
             self._json(409, {"error": f"steering is off for this stream ({v.mode})"})

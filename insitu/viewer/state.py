@@ -2,13 +2,16 @@
 
 No I/O here: :class:`SteeringState` validates and merges updates (what the page POSTs)
 into the whole state the viewer sends to the simulation; :class:`FrameBuffer` keeps the
-newest frame, a short history of steps and the arrival rate.
+frame shown, a short history of steps and the arrival rate; :class:`Series` keeps what
+every frame received says of its step (the fields' reductions, the stage timings) for the
+page's plot, and counts the frames lost on the way.
 """
 
 from __future__ import annotations
 
 import collections
 import collections.abc
+import itertools
 import math
 import re
 import threading
@@ -17,8 +20,8 @@ from typing import Any, Iterator, Mapping
 
 from .. import plugins
 
-__all__ = ["CAMERA_KEYS", "COLORMAPS", "COLORMAP_GROUP", "STEER_KEYS", "FrameBuffer", "SteeringState",
-           "validate_update"]
+__all__ = ["CAMERA_KEYS", "COLORMAPS", "COLORMAP_GROUP", "STEER_KEYS", "FrameBuffer", "Series", "SteeringState",
+           "finite", "validate_update"]
 
 #: Entry point group in which renderers declare the colormap names they know (each entry:
 #: a sequence of names).
@@ -284,3 +287,59 @@ class FrameBuffer:
         if len(recent) < 2 or span <= 0:
             return 0.0
         return len(recent) / span
+
+
+def finite(x: Any) -> Any:
+    """`x` (numbers, dicts, lists) with every float that is not finite as None: JSON has no
+    NaN or infinity, and a browser's ``JSON.parse`` refuses Python's ``NaN``."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, Mapping):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite(v) for v in x]
+    return x
+
+
+class Series:
+    """What each frame received tells of its step, in arrival order, for the page's plot;
+    thread-safe.
+
+    A point is ``{"step", "time", "stats": {field: {"min", "max", "mean"}}, "timings":
+    {stage: seconds}}`` (non-finite numbers as None). Points are numbered from 0 in arrival
+    order; the oldest go once more than `history` came (:meth:`since` says from where).
+
+    :attr:`dropped` counts the frames lost between the writer and here: the gaps in the
+    frames' ``frame_number`` (a number lower than the last one is a new writer, not a gap).
+    """
+
+    def __init__(self, history: int = 10000) -> None:
+        self._lock = threading.Lock()
+        self._points: collections.deque = collections.deque(maxlen=history)
+        self.count = 0
+        self.dropped = 0
+        self._last: int | None = None
+
+    def add(self, frame) -> int:
+        """Record `frame` (an :class:`insitu.stream.Frame`); returns its point's number."""
+        point = finite({"step": int(frame.step), "time": float(frame.time),
+                        "stats": {k: {s: float(v) for s, v in d.items()} for k, d in frame.stats.items()},
+                        "timings": {k: float(v) for k, v in frame.timings.items()}})
+        n = getattr(frame, "frame_number", None)
+        with self._lock:
+            if n is not None:
+                if self._last is not None and n > self._last:
+                    self.dropped += n - self._last - 1
+                self._last = n
+            self._points.append(point)
+            self.count += 1
+            return self.count - 1
+
+    def since(self, first: int, limit: int = 2000) -> dict:
+        """``{"start": s, "points": [...], "count": n}``: at most `limit` points from number
+        `first` on (from the oldest kept, `s`, when those are gone); `n` points came in all."""
+        with self._lock:
+            oldest = self.count - len(self._points)
+            start = min(max(int(first), oldest), self.count)
+            pts = list(itertools.islice(self._points, start - oldest, min(self.count, start + int(limit)) - oldest))
+            return {"start": start, "points": pts, "count": self.count}
