@@ -1,21 +1,39 @@
 """Colormaps shared by the volume and surface renderers.
 
-Each map is 256 RGB samples, evenly spaced over [0, 1], stored as 8-bit hex (display
-precision). viridis, plasma, inferno, magma and cividis (van der Walt, Smith, Nunez;
-CC0) and coolwarm (Moreland's diverging map) were sampled from matplotlib 3.11.2's
-``colormaps[name].resampled(256)``, rounded to the nearest 1/255; grayscale is a ramp.
+A colormap is a table of RGB samples evenly spaced over [0, 1], named by a string:
+
+- insitu's maps: 256 samples stored as 8-bit hex (display precision). viridis, plasma,
+  inferno, magma and cividis (van der Walt, Smith, Nunez; CC0) and coolwarm (Moreland's
+  diverging map) were sampled from matplotlib 3.11.2's ``colormaps[name].resampled(256)``,
+  rounded to the nearest 1/255; grayscale is a ramp.
+- VTK-m's presets (the names Ascent users write: "Cool to Warm", "Jet", ...), from VTK-m's
+  control points (render/_vtkm_presets.py) interpolated in the preset's colour space as
+  VTK-m does (RGB, CIELAB, or Moreland's diverging Msh space), sampled at 1024 points.
+- tables from control points (Ascent's ``color_table: {control_points: ...}``):
+  :func:`compose` returns a name that spells the points out (``"table:{...}"``), so the
+  name is the table wherever it goes (another process, a cache key) and two equal tables
+  have one name. Alpha control points ride along for volume plots (:func:`alpha_points`).
+
+Every table reaches a device once per contents (:func:`device_copy`, shared with the
+volume transfer functions), so the GPU kernels take any table as an argument.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
-from typing import Any
+import hashlib
+import json
+from typing import Sequence
 
 import numpy as np
 
 from insitu import arrays
 
-__all__ = ["NAMES", "colormap", "table"]
+from ._vtkm_presets import PRESETS as _PRESETS
+
+__all__ = ["NAMES", "PRESETS", "SPACES", "alpha_points", "colormap", "compose", "device_copy", "evaluate", "index",
+           "name_at", "resolve", "table"]
 
 _HEX = {
     "viridis": (
@@ -128,44 +146,315 @@ _HEX = {
     ),
 }
 
-#: Names :func:`colormap` and :func:`table` accept; declared to the runtime as the entry
-#: point ``render`` of the group ``insitu.colormaps`` (the viewer offers them).
-NAMES: tuple[str, ...] = tuple(_HEX) + ("grayscale",)
+#: VTK-m's preset names (Ascent's colour table names), in VTK-m's order.
+PRESETS: tuple[str, ...] = tuple(_PRESETS)
+#: Names :func:`colormap` and :func:`table` accept besides :func:`compose`'s; declared to the
+#: runtime as the entry point ``render`` of the group ``insitu.colormaps`` (the viewer offers them).
+NAMES: tuple[str, ...] = tuple(_HEX) + ("grayscale",) + PRESETS
+#: Colour spaces control points are interpolated in (VTK-m's, less HSV).
+SPACES = ("rgb", "lab", "diverging")
+#: Samples of a table made from control points (VTK-m's presets and :func:`compose`'s).
+POINT_SAMPLES = 1024
+#: Other names Ascent's documentation uses: VTK-m's "Default" preset, and gray for grayscale.
+_ALIASES = {"default": "Viridis", "gray": "grayscale", "grey": "grayscale"}
+_PREFIX = "table:"
 
 
-@functools.cache
+def _key(name: str) -> str:
+    # VTK-m compares names ignoring case; Ascent's documentation also writes them without spaces.
+    return "".join(name.split()).lower()
+
+
+_BY_KEY = {_key(n): n for n in reversed(NAMES)}  # insitu's own name first where they clash (viridis)
+_BY_KEY.update({_key(k): v for k, v in _ALIASES.items()})
+
+
+def resolve(name: str) -> str:
+    """The canonical name of colormap `name`: one of :data:`NAMES` (exactly, or ignoring case
+    and spaces as VTK-m and Ascent do), or a :func:`compose` name (checked).
+
+    Raises
+    ------
+    ValueError
+        An unknown name; the message lists the close matches.
+    """
+    if not isinstance(name, str):
+        raise ValueError(f"colormap name: expected a string, got {type(name).__name__}")
+    if name in NAMES:
+        return name
+    if name.startswith(_PREFIX):
+        _spec(name)
+        return name
+    found = _BY_KEY.get(_key(name))
+    if found is not None:
+        return found
+    close = difflib.get_close_matches(_key(name), list(_BY_KEY), n=4, cutoff=0.5)
+    hint = (f"; close: {', '.join(repr(_BY_KEY[c]) for c in close)}" if close else "")
+    raise ValueError(f"colormap name: unknown {name!r}{hint}; known: {', '.join(NAMES)}")
+
+
+# ---- colour spaces, as VTK-m's ColorTable interpolates (vtkm/exec/ColorTable.hxx) ---------------
+
+_WHITE = np.array([0.9505, 1.0, 1.089])  # D65, 2 degrees
+_TO_XYZ = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]])
+_TO_RGB = np.array([[3.2406, -1.5372, -0.4986], [-0.9689, 1.8758, 0.0415], [0.0557, -0.2040, 1.0570]])
+
+
+def _rgb_to_lab(rgb: np.ndarray) -> np.ndarray:
+    lin = np.where(rgb > 0.04045, ((rgb + 0.055) / 1.055) ** 2.4, rgb / 12.92)  # sRGB decoding
+    v = (lin @ _TO_XYZ.T) / _WHITE
+    f = np.where(v > 0.008856, np.cbrt(v), 7.787 * v + 16.0 / 116.0)
+    return np.stack([116.0 * f[..., 1] - 16.0, 500.0 * (f[..., 0] - f[..., 1]), 200.0 * (f[..., 1] - f[..., 2])], -1)
+
+
+def _lab_to_rgb(lab: np.ndarray) -> np.ndarray:
+    fy = (lab[..., 0] + 16.0) / 116.0
+    f = np.stack([lab[..., 1] / 500.0 + fy, fy, fy - lab[..., 2] / 200.0], -1)
+    xyz = np.where(f ** 3 > 0.008856, f ** 3, (f - 16.0 / 116.0) / 7.787) * _WHITE
+    lin = xyz @ _TO_RGB.T
+    rgb = np.where(lin > 0.0031308, 1.055 * np.abs(lin) ** (1 / 2.4) - 0.055, 12.92 * lin)
+    top = rgb.max(axis=-1, keepdims=True)  # out of gamut: scaled down into it, then clipped at 0
+    rgb = np.where(top > 1.0, rgb / np.maximum(top, 1.0), rgb)
+    return np.maximum(rgb, 0.0)
+
+
+def _lab_to_msh(lab: np.ndarray) -> np.ndarray:
+    m = np.sqrt((lab ** 2).sum(-1))
+    s = np.where(m > 0.001, np.arccos(np.clip(lab[..., 0] / np.maximum(m, 1e-300), -1, 1)), 0.0)
+    h = np.where(s > 0.001, np.arctan2(lab[..., 2], lab[..., 1]), 0.0)
+    return np.stack([m, s, h], -1)
+
+
+def _msh_to_lab(msh: np.ndarray) -> np.ndarray:
+    m, s, h = msh[..., 0], msh[..., 1], msh[..., 2]
+    return np.stack([m * np.cos(s), m * np.sin(s) * np.cos(h), m * np.sin(s) * np.sin(h)], -1)
+
+
+def _adjust_hue(msh: np.ndarray, unsat_m: np.ndarray) -> np.ndarray:
+    """Moreland's hue for an unsaturated end, spun from the saturated end `msh`."""
+    m, s, h = msh[..., 0], msh[..., 1], msh[..., 2]
+    with np.errstate(all="ignore"):
+        spin = s * np.sqrt(np.maximum(unsat_m ** 2 - m ** 2, 0.0)) / (m * np.sin(s))
+    return np.where(m >= unsat_m - 0.1, h, np.where(h > -0.3 * np.pi, h + spin, h - spin))
+
+
+def _diverging(c0: np.ndarray, c1: np.ndarray, w: np.ndarray) -> np.ndarray:
+    a, b = _lab_to_msh(_rgb_to_lab(c0)), _lab_to_msh(_rgb_to_lab(c1))
+    d = np.abs(a[:, 2] - b[:, 2]) % (2 * np.pi)
+    d = np.where(d > np.pi, 2 * np.pi - d, d)
+    split = (a[:, 1] > 0.05) & (b[:, 1] > 0.05) & (d > 0.33 * np.pi)  # distinct saturated ends: white between
+    mid = np.maximum(np.maximum(a[:, 0], b[:, 0]), 88.0)
+    low = split & (w < 0.5)
+    high = split & ~(w < 0.5)
+    white = np.stack([mid, np.zeros_like(mid), np.zeros_like(mid)], -1)
+    b = np.where(low[:, None], white, b)
+    a = np.where(high[:, None], white, a)
+    w = np.where(low, 2 * w, np.where(high, 2 * w - 1, w))
+    a_un, b_un = a[:, 1] < 0.05, b[:, 1] < 0.05
+    a[:, 2] = np.where(a_un & ~b_un, _adjust_hue(b, a[:, 0]), a[:, 2])
+    b[:, 2] = np.where(b_un & ~a_un, _adjust_hue(a, b[:, 0]), b[:, 2])
+    return _lab_to_rgb(_msh_to_lab((1 - w)[:, None] * a + w[:, None] * b))
+
+
+def evaluate(points, x, space: str = "rgb") -> np.ndarray:
+    """RGB of control points `points` at positions `x`, interpolated in colour space `space`.
+
+    Parameters
+    ----------
+    points : (N, 4) array
+        ``(position, r, g, b)`` rows, positions not decreasing, components in [0, 1].
+    x : (M,) array
+        Positions; clamped to the first and last point's.
+    space : {"rgb", "lab", "diverging"}
+        As VTK-m's ColorTable: linear in RGB, in CIELAB, or in Moreland's Msh with white
+        between distinct saturated colours.
+
+    Returns
+    -------
+    (M, 3) float64
+    """
+    if space not in SPACES:
+        raise ValueError(f"colour space: expected one of {', '.join(SPACES)}, got {space!r}")
+    p = np.asarray(points, np.float64)
+    x = np.clip(np.asarray(x, np.float64), p[0, 0], p[-1, 0])
+    if len(p) == 1:
+        return np.repeat(p[:, 1:], len(x), axis=0)
+    k = np.clip(np.searchsorted(p[:, 0], x, side="right") - 1, 0, len(p) - 2)
+    span = p[k + 1, 0] - p[k, 0]
+    w = np.where(span > 0, (x - p[k, 0]) / np.where(span > 0, span, 1.0), 0.0)
+    c0, c1 = p[k, 1:], p[k + 1, 1:]
+    if space == "rgb":
+        return c0 + (c1 - c0) * w[:, None]
+    if space == "lab":
+        a, b = _rgb_to_lab(c0), _rgb_to_lab(c1)
+        return _lab_to_rgb(a + (b - a) * w[:, None])
+    return _diverging(c0, c1, w)
+
+
+# ---- names and tables ---------------------------------------------------------------------------
+
+def _preset(name: str) -> tuple[np.ndarray, str]:
+    space, flat = _PRESETS[name]
+    return np.array(flat.split(), np.float64).reshape(-1, 4), space
+
+
+def _base_points(name: str) -> tuple[np.ndarray, str]:
+    """Control points and colour space of a named map (insitu's: its samples, in RGB)."""
+    if name in _PRESETS:
+        return _preset(name)
+    rgb = table(name).astype(np.float64)
+    return np.column_stack([np.linspace(0.0, 1.0, len(rgb)), rgb]), "rgb"
+
+
+def _merge(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """`old` points with `new` added (VTK-m's AddPoint: a point at an existing position replaces it)."""
+    keep = ~np.isin(old[:, 0], new[:, 0])
+    out = np.concatenate([old[keep], new])
+    return out[np.argsort(out[:, 0], kind="stable")]
+
+
+def _points(given, what: str, width: int) -> np.ndarray:
+    try:
+        p = np.array(given, np.float64).reshape(-1, width)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: expected rows of {width} numbers, got {given!r}") from None
+    if len(p) == 0 or not np.isfinite(p).all():
+        raise ValueError(f"{what}: expected at least one row of {width} finite numbers")
+    if (p[:, 0] < 0).any() or (p[:, 0] > 1).any():
+        raise ValueError(f"{what}: positions must lie in [0, 1] (normalized over the colour range), "
+                         f"got {p[:, 0].tolist()}")
+    p[:, 1:] = np.clip(p[:, 1:], 0.0, 1.0)  # as Ascent clamps components
+    return p[np.argsort(p[:, 0], kind="stable")]
+
+
+def compose(name: str | None = None, rgb: Sequence | None = None, alpha: Sequence | None = None, *,
+            reverse: bool = False) -> str:
+    """The name of a table made as Ascent makes one from ``color_table``.
+
+    Parameters
+    ----------
+    name : str, optional
+        The table to start from (:func:`resolve`); default VTK-m's "Cool to Warm", Ascent's.
+    rgb : (N, 4) array_like, optional
+        ``(position, r, g, b)`` control points, positions in [0, 1] of the colour range.
+        Without `name` they are the colours (the default table cleared, its colour space
+        kept: diverging); with `name` they are added to its points.
+    alpha : (N, 2) array_like, optional
+        ``(position, alpha)`` control points, added to the table's (alpha 1 at 0 and 1);
+        volume plots read them (:func:`alpha_points`).
+    reverse : bool
+        The colours reversed (VTK-m's ReverseColors; alphas stay).
+
+    Returns
+    -------
+    str
+        `name` resolved where nothing changes it, else ``"table:{...}"`` spelling out the
+        points and colour space (equal tables, equal names).
+    """
+    base = resolve(name if name is not None else "Cool to Warm")
+    if rgb is None and alpha is None and not reverse:
+        return base
+    if base.startswith(_PREFIX):
+        spec = _spec(base)
+        pts, space, alphas = spec["rgb"], spec["space"], spec["alpha"]
+    else:
+        (pts, space), alphas = _base_points(base), np.array([[0.0, 1.0], [1.0, 1.0]])
+    if rgb is not None:
+        new = _points(rgb, "control points (rgb)", 4)
+        pts = new if name is None else _merge(pts, new)
+    if alpha is not None:
+        alphas = _merge(alphas, _points(alpha, "control points (alpha)", 2))
+    if reverse:
+        pts = pts[::-1].copy()
+        pts[:, 0] = 1.0 - pts[:, 0]
+    body = {"space": space, "rgb": pts.ravel().tolist(), "alpha": np.asarray(alphas).ravel().tolist()}
+    return _PREFIX + json.dumps(body, separators=(",", ":"))
+
+
+@functools.lru_cache(maxsize=64)
+def _spec(name: str) -> dict:
+    try:
+        body = json.loads(name[len(_PREFIX):])
+        spec = {"space": body["space"], "rgb": np.array(body["rgb"], np.float64).reshape(-1, 4),
+                "alpha": np.array(body["alpha"], np.float64).reshape(-1, 2)}
+    except (ValueError, KeyError, TypeError):
+        raise ValueError(f"colormap name: {name[:60]!r}... is not a table compose() made") from None
+    if spec["space"] not in SPACES or not len(spec["rgb"]) or (np.diff(spec["rgb"][:, 0]) < 0).any():
+        raise ValueError(f"colormap name: {name[:60]!r}... is not a table compose() made")
+    return spec
+
+
+def alpha_points(name: str) -> np.ndarray | None:
+    """The (N, 2) ``(position, alpha)`` control points of a :func:`compose` table (None for a
+    named map: volume plots then use their own opacity)."""
+    name = resolve(name)
+    return _spec(name)["alpha"].copy() if name.startswith(_PREFIX) else None
+
+
+@functools.lru_cache(maxsize=64)
 def _table(name: str) -> np.ndarray:
     rgb: np.ndarray
     if name == "grayscale":
         rgb = np.repeat(np.linspace(0.0, 1.0, 256, dtype=np.float32)[:, None], 3, axis=1)
-    else:
+    elif name in _HEX:
         rgb = np.frombuffer(bytes.fromhex("".join(_HEX[name])), np.uint8).reshape(256, 3) / np.float32(255)
+    else:
+        pts, space = _preset(name) if name in _PRESETS else (_spec(name)["rgb"], _spec(name)["space"])
+        rgb = np.clip(evaluate(pts, np.linspace(0.0, 1.0, POINT_SAMPLES), space), 0.0, 1.0)
     rgb = np.ascontiguousarray(rgb, dtype=np.float32)
     rgb.flags.writeable = False  # cached and shared: nobody may edit it
     return rgb
 
 
 def table(name: str) -> np.ndarray:
-    """The (256, 3) float32 RGB samples of colormap `name` over [0, 1] (read-only).
+    """The (N, 3) float32 RGB samples of colormap `name` over [0, 1] (read-only): 256 for
+    insitu's maps, :data:`POINT_SAMPLES` for VTK-m's presets and :func:`compose`'s tables.
 
     Raises
     ------
     ValueError
-        `name` is not one of :data:`NAMES`.
+        `name` is unknown (:func:`resolve`).
     """
-    if name not in NAMES:
-        raise ValueError(f"colormap name: expected one of {', '.join(NAMES)}, got {name!r}")
-    return _table(name)
+    return _table(resolve(name))
 
 
-_on_device: dict[tuple[str, int], Any] = {}
+_INDEX: dict[str, int] = {}
+_NAMES_AT: list[str] = []
 
 
-def _device_table(name: str, device: int):
-    key = (name, device)
-    if key not in _on_device:
-        _on_device[key] = arrays.to_device(table(name))  # once per map and device
-    return _on_device[key]
+def index(name: str) -> int:
+    """A small integer standing for colormap `name` in this process (frame parameters are
+    numbers): :func:`name_at` gives the name back."""
+    name = resolve(name)
+    if name not in _INDEX:
+        _INDEX[name] = len(_NAMES_AT)
+        _NAMES_AT.append(name)
+    return _INDEX[name]
+
+
+def name_at(i) -> str:
+    """The colormap :func:`index` numbered `i`."""
+    return _NAMES_AT[int(i)]
+
+
+#: Device copies of tables by (device, contents): a table is uploaded (one counted transfer) the
+#: first time its contents are used on a device, whatever object holds them; least recently used
+#: ones are dropped past a bound.
+_DEVICE_TABLES: dict[tuple[int, bytes], object] = {}
+_MAX_DEVICE_TABLES = 64
+
+
+def device_copy(tab: np.ndarray, device: int):
+    """`tab` (a host array) on CUDA `device`, cached by contents (see :data:`_DEVICE_TABLES`)."""
+    tab = np.ascontiguousarray(tab)
+    key = (device, hashlib.blake2b(tab.tobytes() + str((tab.dtype, tab.shape)).encode(), digest_size=16).digest())
+    t = _DEVICE_TABLES.pop(key, None)
+    if t is None:
+        t = arrays.to_device(tab, device=device)
+        if len(_DEVICE_TABLES) >= _MAX_DEVICE_TABLES:
+            _DEVICE_TABLES.pop(next(iter(_DEVICE_TABLES)))
+    _DEVICE_TABLES[key] = t  # most recently used last
+    return t
 
 
 def colormap(name: str, values, vmin: float, vmax: float):
@@ -174,7 +463,7 @@ def colormap(name: str, values, vmin: float, vmax: float):
     Parameters
     ----------
     name : str
-        One of :data:`NAMES`.
+        One of :data:`NAMES` (see :func:`resolve`) or a :func:`compose` name.
     values : array
         Any shape, NumPy or CuPy (the result is on the same backend).
     vmin, vmax : float
@@ -195,7 +484,7 @@ def colormap(name: str, values, vmin: float, vmax: float):
     xp = arrays.get_array_module(v)
     dev = arrays.device_id(v)
     if dev is not None:
-        tab = _device_table(name, dev)
+        tab = device_copy(tab, dev)
     n = tab.shape[0]
     scale = (n - 1) / (vmax - vmin) if vmax > vmin else 0.0
     ok = xp.isfinite(v)

@@ -165,7 +165,7 @@ def _frame_params(cam: Camera, width: int, height: int, near: float, far: float,
                   vmin, vmax, color, material: Material, light, background) -> dict:
     """Everything a frame's shading needs, for the GL uniforms and the software
     rasterizer alike (names of render/raster/_params.FIELDS)."""
-    from .colormap import NAMES, table
+    from .colormap import index
 
     view = cam.view_matrix()
     to_light = np.asarray(light if light is not None else -cam.forward, np.float64)  # default: headlight
@@ -173,7 +173,6 @@ def _frame_params(cam: Camera, width: int, height: int, near: float, far: float,
         raise ValueError(f"light: expected a non-zero direction (3 values), got {light}")
     if len(background) != 4:
         raise ValueError(f"background: expected premultiplied RGBA (4 values), got {list(background)}")
-    table(colormap)  # a clear error for an unknown name
     vmin = 0.0 if vmin is None else float(vmin)
     vmax = vmin + 1.0 if vmax is None or not vmax > vmin else float(vmax)  # constant: first colour
     t = math.tan(math.radians(cam.fov) / 2)
@@ -182,7 +181,7 @@ def _frame_params(cam: Camera, width: int, height: int, near: float, far: float,
                 shininess=material.shininess, color=list(color)[:3],
                 light=view[:3, :3] @ (to_light / np.linalg.norm(to_light)), vmin=vmin, vscale=1.0 / (vmax - vmin),
                 bg=np.round(np.clip(np.asarray(background, np.float64), 0, 1) * 255) / 255,  # as RGBA8 stores it
-                cmap=NAMES.index(colormap), use_cmap=int(values))
+                cmap=index(colormap), use_cmap=int(values))  # index: a clear error for an unknown name
 
 
 class SurfaceRenderer:
@@ -242,8 +241,9 @@ class SurfaceRenderer:
 
     def _colormap(self, GL, name: str) -> int:
         from .colormap import colormap
+        from .colormap import table as samples
 
-        table = colormap(name, np.linspace(0.0, 1.0, 256), 0.0, 1.0)
+        table = colormap(name, np.linspace(0.0, 1.0, len(samples(name))), 0.0, 1.0)
         if name != self._cmap_name:
             GL.glBindTexture(GL.GL_TEXTURE_2D, self.cmap_texture)
             for p in (GL.GL_TEXTURE_MIN_FILTER, GL.GL_TEXTURE_MAG_FILTER):
@@ -446,10 +446,10 @@ class SurfaceRenderer:
         GL.glUniform4f(loc("color"), *(p["color"] + [1.0]))
         GL.glUniform1i(loc("use_cmap"), int(values))
         if values:
-            from .colormap import NAMES
+            from .colormap import name_at
 
             GL.glActiveTexture(GL.GL_TEXTURE0)
-            nc = self._colormap(GL, NAMES[p["cmap"]])
+            nc = self._colormap(GL, name_at(p["cmap"]))
             GL.glBindTexture(GL.GL_TEXTURE_2D, self.cmap_texture)
             GL.glUniform1i(loc("cmap"), 0)
             GL.glUniform1f(loc("cmap_n"), float(nc))

@@ -251,7 +251,7 @@ def test_bad_arguments_are_refused_by_name():
     with pytest.raises(ValueError, match="lo, hi"):
         annotate(a, **{**kw, "hi": float("nan")})
     with pytest.raises(ValueError, match="colormap name"):
-        annotate(a, **{**kw, "colormap": "jet"})
+        annotate(a, **{**kw, "colormap": "no_such_map"})
     with pytest.raises(ValueError, match="fg"):
         annotate(a, **kw, fg=(1, 2, 0))
     with pytest.raises(TypeError, match="step"):

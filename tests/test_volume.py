@@ -313,7 +313,8 @@ def test_transfer_function_tables():
 
 
 def test_colormaps():
-    assert set(NAMES) == {"viridis", "plasma", "inferno", "magma", "cividis", "coolwarm", "grayscale"}
+    mine = ("viridis", "plasma", "inferno", "magma", "cividis", "coolwarm")  # VTK-m's presets: tests/test_colormap.py
+    assert set(NAMES) >= {*mine, "grayscale"}
     # Published end points of viridis (matplotlib's _cm_listed) and coolwarm's grey middle.
     np.testing.assert_allclose(table("viridis")[[0, -1]], [[0.267004, 0.004874, 0.329415],
                                                            [0.993248, 0.906157, 0.143936]], atol=1 / 510)
@@ -321,7 +322,7 @@ def test_colormaps():
     out = colormap("grayscale", np.array([[-1.0, 0.25], [np.nan, 7.0]]), 0.0, 1.0)
     np.testing.assert_allclose(out, [[[0, 0, 0, 1], [0.25, 0.25, 0.25, 1]], [[0, 0, 0, 0], [1, 1, 1, 1]]])
     mpl = pytest.importorskip("matplotlib")
-    for name in NAMES[:-1]:
+    for name in mine:
         ref = mpl.colormaps[name].resampled(256)(np.arange(256))[:, :3]
         np.testing.assert_allclose(table(name), ref, atol=1 / 510 + 1e-6)
 
@@ -355,8 +356,8 @@ def test_bad_input_is_named():
         TransferFunction([(1.0, (1, 1, 1, 1)), (0.0, (1, 1, 1, 1))])
     with pytest.raises(ValueError, match=r"points\[0\] colour"):
         TransferFunction([(0.0, (1, 1, 1.5, 1))])
-    with pytest.raises(ValueError, match="colormap name: expected one of"):
-        TransferFunction.from_colormap("jet", 0, 1)
+    with pytest.raises(ValueError, match="colormap name: unknown"):
+        TransferFunction.from_colormap("no_such_map", 0, 1)
     with pytest.raises(ValueError, match="opacity: must lie in"):
         TransferFunction.from_colormap("viridis", 0, 1, opacity=2.0)
     dom = Domain.create((8, 8, 8), blocks=(2, 1, 1), ghost=1)

@@ -50,10 +50,10 @@ def rasterize(verts, faces, normals, values, params: dict, width: int, height: i
         rgba = np.empty((height, width, 4), np.float32)
         depth = np.empty((height, width), np.float32)
         keys = np.full((height, width), np.uint64(0xFFFFFFFFFFFFFFFF))
-        from ..colormap import NAMES, table
+        from ..colormap import name_at, table
 
         p = vector(params)
-        tab = np.asarray(table(NAMES[int(params["cmap"])]), np.float64)
+        tab = np.asarray(table(name_at(params["cmap"])), np.float64)
         vals = values if values is not None else np.zeros(1, np.float32)
         _cpu.raster(verts, faces, p, width, height, keys)
         _cpu.shade(keys, verts, faces, normals, vals, p, tab, width, height, rgba, depth)

@@ -15,8 +15,9 @@ shader of render/surface.py does, rounded to 8 bits as an RGBA8 framebuffer stor
 
 The edge planes are computed from the lower vertex index first and without fused
 multiply-adds, so the two triangles sharing an edge see exactly opposite values there:
-no pixel falls between them. The colormaps are compiled into the module, so a frame
-needs nothing from the host but its parameters, passed by value.
+no pixel falls between them. The colormap is an argument: any table (N RGB samples),
+uploaded once per contents and device (render.colormap.device_copy), so a new table costs
+no compile and a frame needs nothing from the host but its parameters, passed by value.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 
 from insitu.log import compiling, cupy_cache_dir, get_logger
 
-from ..colormap import NAMES, table
+from ..colormap import device_copy, name_at, table
 from ._params import cuda_struct, record
 
 _log = get_logger(__name__)
@@ -36,14 +37,8 @@ _log = get_logger(__name__)
 WARP_BOX = 32
 
 
-def _tables() -> str:
-    vals = np.concatenate([table(n).ravel() for n in NAMES])
-    body = ",".join(f"{x:.9e}f" for x in vals)  # always a valid float literal (no "0f")
-    return f"__device__ const float CMAPS[{len(vals)}] = {{{body}}};\n"
-
-
 def _source() -> str:
-    return cuda_struct() + _tables() + f"#define WARP_BOX {WARP_BOX}\n" + r"""
+    return cuda_struct() + f"#define WARP_BOX {WARP_BOX}\n" + r"""
 #define EMPTY 0xFFFFFFFFFFFFFFFFull
 
 __device__ __forceinline__ float3 eye(const RP& p, const float* __restrict__ v, long long i) {
@@ -164,8 +159,8 @@ extern "C" __global__ void __launch_bounds__(256) vis_raster(const float* __rest
 
 extern "C" __global__ void __launch_bounds__(256) vis_shade(const unsigned long long* __restrict__ keys,
         const float* __restrict__ verts, const int* __restrict__ faces, const float* __restrict__ normals,
-        const float* __restrict__ values, const RP p, const int w, const int h, float4* __restrict__ rgba,
-        float* __restrict__ depth) {
+        const float* __restrict__ values, const float* __restrict__ cmap, const int cmap_n, const RP p,
+        const int w, const int h, float4* __restrict__ rgba, float* __restrict__ depth) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y * blockDim.y + threadIdx.y;
     if (c >= w || r >= h) return;
     const long long o = (long long)r * w + c;
@@ -200,10 +195,10 @@ extern "C" __global__ void __launch_bounds__(256) vis_shade(const unsigned long 
     float base[3] = {p.color[0], p.color[1], p.color[2]};
     if (p.use_cmap > 0.f) {
         const float val = b[0] * values[i[0]] + b[1] * values[i[1]] + b[2] * values[i[2]];
-        const float u = fminf(fmaxf((val - p.vmin) * p.vscale, 0.f), 1.f) * 255.f;
-        const int k = min((int)u, 254);
+        const float u = fminf(fmaxf((val - p.vmin) * p.vscale, 0.f), 1.f) * (cmap_n - 1);
+        const int k = min((int)u, cmap_n - 2);
         const float g = u - k;
-        const float* tab = CMAPS + 768 * (int)p.cmap + 3 * k;
+        const float* tab = cmap + 3 * k;
         #pragma unroll
         for (int a = 0; a < 3; ++a) base[a] = tab[a] + (tab[a + 3] - tab[a]) * g;
     }
@@ -249,6 +244,7 @@ def render(verts, faces, normals, values, params: dict, width: int, height: int,
         mod.get_function("vis_raster")((-(-nf // 256),), (256,), (verts, faces, np.int64(nf), np.int64(len(verts)),
                                                                    rec, np.int32(width), np.int32(height), keys))
     vals = values if values is not None else cupy.empty(1, cupy.float32)
+    tab = device_copy(table(name_at(params["cmap"])), int(verts.device.id))  # once per table and device
     grid = (-(-width // 16), -(-height // 16))
-    mod.get_function("vis_shade")(grid, (16, 16), (keys, verts, faces, normals, vals, rec, np.int32(width),
-                                                   np.int32(height), rgba, depth))
+    mod.get_function("vis_shade")(grid, (16, 16), (keys, verts, faces, normals, vals, tab, np.int32(len(tab)), rec,
+                                                   np.int32(width), np.int32(height), rgba, depth))

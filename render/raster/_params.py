@@ -22,7 +22,7 @@ FIELDS: tuple[tuple[str, int], ...] = (
     ("shininess", 1),
     ("vmin", 1), ("vscale", 1),  # colormap coordinate of value v: (v - vmin) * vscale, clamped to [0, 1]
     ("bg", 4),  # premultiplied background, as stored in 8 bits
-    ("cmap", 1),  # index of the colormap in the kernel's table
+    ("cmap", 1),  # the colormap: render.colormap.index(name) (its table is a kernel argument)
     ("use_cmap", 1),
 )
 

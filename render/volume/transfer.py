@@ -8,33 +8,13 @@ change with the step size, only gets more accurate.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Sequence
 
 import numpy as np
 
-from insitu import arrays
-
-from ..colormap import colormap
+from ..colormap import colormap, device_copy
 
 __all__ = ["TransferFunction", "segment_alpha"]
-
-#: Device copies of tables by (device, contents): a plot whose range moves every step makes a
-#: new TransferFunction with the same table, and it should not cost an upload per step.
-_DEVICE_TABLES: dict[tuple[int, bytes], object] = {}
-_MAX_DEVICE_TABLES = 64
-
-
-def _device_copy(table: np.ndarray, device: int):
-    key = (device, hashlib.blake2b(table.tobytes(), digest_size=16).digest())
-    t = _DEVICE_TABLES.pop(key, None)
-    if t is None:
-        t = arrays.to_device(table, device=device)
-        if len(_DEVICE_TABLES) >= _MAX_DEVICE_TABLES:
-            _DEVICE_TABLES.pop(next(iter(_DEVICE_TABLES)))
-    _DEVICE_TABLES[key] = t  # most recently used last
-    return t
-
 
 def segment_alpha(a, length, unit_length: float):
     """Alpha of a segment of `length` through a medium of opacity `a` per `unit_length`."""
@@ -198,9 +178,10 @@ class TransferFunction:
 
     def device_table(self, device: int):
         """The table on CUDA `device`, uploaded (one counted transfer) the first time a table of
-        these contents is used there."""
+        these contents is used there (a plot whose range moves every step makes a new
+        TransferFunction with the same table: no upload per step): :func:`render.colormap.device_copy`."""
         if device not in self._on_device:
-            self._on_device[device] = _device_copy(self.table, device)
+            self._on_device[device] = device_copy(self.table, device)
         return self._on_device[device]
 
     def __repr__(self) -> str:
