@@ -88,7 +88,8 @@ with open(log, "w") as f:
             print("stopped", flush=True)
             break
         if not paused:
-            w.write(sim_image(step, iso), step=step, time=step * 0.1)
+            w.write(sim_image(step, iso), step=step, time=step * 0.1,
+                    stats={"T": {"min": -step, "max": step, "mean": iso}})
             step += 1
         time.sleep(0.05)
 r.close()
@@ -542,6 +543,42 @@ SHOWN = """(() => { const i = document.getElementById('frame');
   return [i.naturalWidth, i.naturalHeight, g.getImageData(1, 1, 1, 1).data[1], +i.dataset.step]; })()"""
 
 
+def annotated(step, h=240, w=320):
+    """A replay's frame: R = step, a viridis legend for T in [0, step + 1], the step written in."""
+    from render.annotate import annotate
+    from render.image import to_uint8
+
+    a = np.zeros((h, w, 4), np.float32)
+    a[..., 0], a[..., 2], a[..., 3] = step / 255, 0.2, 1.0
+    annotate(a, field="T", lo=0.0, hi=step + 1.0, colormap="viridis", step=step, time=0.1 * step, fg=(1, 1, 1))
+    return to_uint8(a)
+
+
+def legend_in_screenshot(cdp, h=240, w=320):
+    """The fraction of the legend bar's rows whose colour, in a screenshot of the page, is
+    the colormap's at that row (within 2 of 255), read at the bar's middle column."""
+    from render.annotate import bar_positions, layout
+    from render.colormap import colormap
+
+    left, top, width, height = cdp.eval("(() => { const r = document.getElementById('frame').getBoundingClientRect();"
+                                        " return [r.left, r.top, r.width, r.height]; })()")
+    assert (width, height) == (w, h)  # shown at its size: pixels as sent
+    png = base64.b64decode(cdp.call("Page.captureScreenshot", format="png")["data"])
+    shot = np.asarray(Image.open(io.BytesIO(png)))
+    x, y, bw, bh = layout(h, w).bar
+    want = np.round(np.asarray(colormap("viridis", bar_positions(bh), 0.0, 1.0))[:, :3] * 255)
+    got = shot[round(top) + y:round(top) + y + bh, round(left) + x + bw // 2, :3].astype(float)
+    return float((np.abs(got - want).max(axis=1) <= 2).mean())
+
+
+# the step the page shows: its <img>'s data-step and the R channel of a pixel (the frame's step)
+SHOWN_STEP = """(() => { const i = document.getElementById('frame');
+  if (!i || !i.naturalWidth) return null;
+  const c = document.createElement('canvas'); c.width = i.naturalWidth; c.height = i.naturalHeight;
+  const g = c.getContext('2d'); g.drawImage(i, 0, 0);
+  return [+i.dataset.step, g.getImageData(1, 1, 1, 1).data[0]]; })()"""
+
+
 def test_page_in_headless_chromium_shows_frames_and_steers(tmp_path):
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if exe is None:
@@ -581,6 +618,40 @@ def test_page_in_headless_chromium_shows_frames_and_steers(tmp_path):
         until(lambda: _updates(log)[-1].get("camera", {}).get("azimuth") == 15.0, 20, "an orbit update")
         assert _updates(log)[-1]["iso_values"] == [0.55]  # the whole state each time
         assert "sent" in cdp.eval("document.getElementById('msg').textContent")
+        # the plot of the frames' values grows as frames come; live: frames dropped shown, no timeline
+        points = "+document.getElementById('plot').dataset.points || 0"
+        n = until(lambda: cdp.eval(points), 20, "the plot")
+        until(lambda: cdp.eval(points) > n, 20, "the plot growing")
+        assert cdp.eval("document.getElementById('plot').querySelectorAll('polyline').length") == 3  # min, mean, max
+        assert cdp.eval("document.getElementById('dropped-box').hidden") is False
+        assert cdp.eval("document.getElementById('dropped').textContent") == str(status(v.url)["dropped"])
+        assert cdp.eval("document.getElementById('timeline').hidden") is True
+
+        # a BP5 replay: the legend drawn into the frames is on the screen; the timeline seeks
+        bp = str(tmp_path / "replay.bp")
+        with FrameWriter(bp, "BP5") as fw:
+            for s in range(0, 40, 5):
+                fw.write(annotated(s), step=s, time=0.1 * s, ranges={"T": (0.0, s + 1.0)},
+                         stats={"T": {"min": -s, "max": s + 1.0, "mean": 0.5}})
+        replay = serve(bp, rate=40)
+        try:
+            cdp.call("Page.navigate", url=replay.url)
+            until(lambda: cdp.eval("status && status.replay && !status.replay.playing && status.ended")
+                  and cdp.eval(SHOWN_STEP) == [35, 35], 20, "the replay played to its end")
+            assert legend_in_screenshot(cdp) > 0.95
+            until(lambda: cdp.eval(points) == 3 * 8, 10, "the replay's plot")
+            cdp.eval("const s = document.getElementById('seek'); s.value = 3; s.dispatchEvent(new Event('input'));"
+                     "s.dispatchEvent(new Event('change'))")
+            until(lambda: cdp.eval(SHOWN_STEP) == [15, 15], 10, "the frame of position 3 (step 15)")
+            assert "step 15" in cdp.eval("document.getElementById('where').textContent")
+            assert cdp.eval("document.getElementById('plot-cursor').getAttribute('x1')") is not None
+            cdp.eval("document.getElementById('next').click()")
+            until(lambda: cdp.eval(SHOWN_STEP) == [20, 20], 10, "the next frame")
+            cdp.eval("document.getElementById('jump').value = '7'; document.getElementById('jump-go').click()")
+            until(lambda: cdp.eval(SHOWN_STEP) == [5, 5], 10, "the frame of step 5 (none is 7: the one before)")
+            assert replay.status()["replay"]["position"] == 1
+        finally:
+            replay.close()
     finally:
         if cdp is not None:
             cdp.close()
