@@ -5,12 +5,15 @@ chunks), in both passes; no pass synchronises more than a warp. Cells lie one af
 other in the connectivity, sized by their types (cell_mesh checks it), so a tile reads
 one offset and scans its cells' sizes instead of reading an offset per cell. Per level:
 cc_count reads the cells' corner values once, writes each case (a byte) and adds up the
-tile's crossed edges and faces; CuPy's cumsum scans the tile totals; after one read of
+tile's crossed edges and faces; one CuPy cumsum scans the tile totals; after one read of
 the totals (to size the outputs) cc_emit skips the tiles where nothing is crossed, scans
 the rest's counts again from the cases and lets the crossed cells write their edge keys,
-faces (slot numbers) and cell ids. The weld sorts each level's keys (cupy.argsort), marks
-the first of each run (cc_first), numbers them (cumsum), and cc_vertex interpolates each
-vertex once and maps every slot to its vertex; a second read fetches the vertex counts.
+faces (slot numbers) and cell ids. The weld orders each level's keys as the CPU does: a
+counting sort into buckets of a few consecutive lower point ids (cc_hist, a cumsum,
+cc_scatter), then each key placed by counting its bucket's smaller keys (cc_bucket, which
+marks the first of each key); a cumsum numbers the keys, cc_vertex
+interpolates each vertex once and maps every slot to its vertex, cc_faces maps the
+faces' slots; a second read fetches the vertex counts.
 """
 
 from __future__ import annotations
@@ -139,7 +142,8 @@ extern "C" __global__ void __launch_bounds__(BLOCK) cc_count(
 
 // Pass 2 for one level, the cells and tiles of cc_count: every crossed cell writes its
 // slots' keys (lo * npoints + hi), its faces (slot numbers) and their cell, from the
-// tile's first slot and face (inc - tot: the scan of cc_count's totals) and the tile's
+// tile's first slot and face (inc - tot: the scan of cc_count's totals, the faces' less
+// fsub, the slots of all levels, as one scan runs over both) and the tile's
 // scan of its cells' counts; its ids start at the tile's first offset plus the sizes of
 // the cells before it (no polygons reach here).
 extern "C" __global__ void __launch_bounds__(BLOCK) cc_emit(
@@ -147,14 +151,15 @@ extern "C" __global__ void __launch_bounds__(BLOCK) cc_emit(
         const unsigned char* __restrict__ nvert, const unsigned char* __restrict__ nface,
         const unsigned char* __restrict__ slots, const unsigned char* __restrict__ ftab,
         const int* __restrict__ tot_v, const int* __restrict__ tot_f, const long long* __restrict__ inc_v,
-        const long long* __restrict__ inc_f, const long long npoints, const int ncol, long long* __restrict__ keys,
+        const long long* __restrict__ inc_f, const long long fsub, const long long npoints, const int ncol,
+        long long* __restrict__ keys,
         int* __restrict__ faces, long long* __restrict__ cells) {
     const long long tile = (long long)blockIdx.x * (BLOCK / 32) + (threadIdx.x >> 5);
     const long long c0 = tile * TILE, cb = c0 + (long long)(threadIdx.x & 31) * CPT;
     if (c0 >= m.n) return;
     const int tv = tot_v[tile];
     if (tv == 0) return;  // nothing crossed in the tile
-    const long long v0b = inc_v[tile] - tv, f0b = inc_f[tile] - tot_f[tile];
+    const long long v0b = inc_v[tile] - tv, f0b = inc_f[tile] - fsub - tot_f[tile];
     const long long o0 = m.off[c0 * m.os];
     int cs[CPT], sz[CPT];
     long long sum = 0;
@@ -191,27 +196,68 @@ extern "C" __global__ void __launch_bounds__(BLOCK) cc_emit(
     }
 }
 
-// first[i]: whether sorted key i starts a run of equal keys.
-extern "C" __global__ void cc_first(const long long* __restrict__ sk, const long long n, int* __restrict__ first) {
+// The weld of one level: the order of _contour_cpu._weld_level (by key), by a counting
+// sort of the slots into buckets of 2^shift consecutive lower point ids, then each slot's
+// place within its bucket counted among the bucket's few keys. cc_hist: rank[s] the place
+// of slot s among those of its bucket, cnt[b] their number.
+extern "C" __global__ void cc_hist(const long long* __restrict__ keys, const long long n, const long long npoints,
+                                   const int shift, int* __restrict__ cnt, int* __restrict__ rank) {
     const long long i = (long long)blockIdx.x * BLOCK + threadIdx.x;
-    if (i < n) first[i] = i == 0 || sk[i] != sk[i - 1];
+    if (i < n) rank[i] = atomicAdd(cnt + ((keys[i] / npoints) >> shift), 1);
+}
+
+// Slot s into its bucket (end: the inclusive scan of cnt): its key and slot number.
+extern "C" __global__ void cc_scatter(const long long* __restrict__ keys, const long long n, const long long npoints,
+                                      const int shift, const int* __restrict__ cnt, const int* __restrict__ end,
+                                      const int* __restrict__ rank, long long* __restrict__ bk,
+                                      int* __restrict__ border) {
+    const long long i = (long long)blockIdx.x * BLOCK + threadIdx.x;
+    if (i >= n) return;
+    const long long key = keys[i], b = (key / npoints) >> shift;
+    const int at = end[b] - cnt[b] + rank[i];
+    bk[at] = key;
+    border[at] = (int)i;
+}
+
+// Bucketed entry i to its sorted place: the bucket's start plus its keys below key i (and
+// its equal keys placed before i); first[place] whether it is the first of its key.
+extern "C" __global__ void cc_bucket(const long long* __restrict__ bk, const int* __restrict__ border,
+                                     const long long n, const long long npoints, const int shift,
+                                     const int* __restrict__ cnt, const int* __restrict__ end,
+                                     long long* __restrict__ sk, int* __restrict__ order, int* __restrict__ first) {
+    const long long i = (long long)blockIdx.x * BLOCK + threadIdx.x;
+    if (i >= n) return;
+    const long long key = bk[i], b = (key / npoints) >> shift;
+    const int e = end[b], s = e - cnt[b];
+    int below = 0, before = 0;
+    for (int j = s; j < e; ++j) {
+        const long long kj = bk[j];
+        below += kj < key;
+        before += kj == key && j < i;
+    }
+    const int at = s + below + before;
+    sk[at] = key;
+    order[at] = border[i];
+    first[at] = before == 0;
 }
 
 // Per sorted slot i: remap[order[i]] its vertex (ids[i] - 1, within the level); the
 // first slot of a run interpolates the vertex from the edge's lower point id, and its
-// colour (flags |= 1 for a NaN colour at either end).
-extern "C" __global__ void cc_vertex(const long long* __restrict__ sk, const long long* __restrict__ order,
+// colour (stats[nlev] |= 1 for a NaN colour at either end); the last writes the level's
+// vertex count to stats[level].
+extern "C" __global__ void cc_vertex(const long long* __restrict__ sk, const int* __restrict__ order,
                                      const int* __restrict__ first, const int* __restrict__ ids, const long long n,
                                      const long long npoints, const double level, const VAL* __restrict__ values,
                                      const long long vs, const PT* __restrict__ points, const long long ps0,
                                      const long long ps1, const int has_color, const COL* __restrict__ color,
                                      const long long colstride,
                                      int* __restrict__ remap, PT* __restrict__ verts, COL* __restrict__ vcol,
-                                     unsigned int* __restrict__ flags) {
+                                     unsigned long long* __restrict__ stats, const int lev, const int nlev) {
     const long long i = (long long)blockIdx.x * BLOCK + threadIdx.x;
     if (i >= n) return;
     const int id = ids[i] - 1;
     remap[order[i]] = id;
+    if (i == n - 1) stats[lev] = id + 1;
     if (!first[i]) return;
     const long long key = sk[i];
     const long long a = key / npoints, b = key - a * npoints;
@@ -225,8 +271,15 @@ extern "C" __global__ void cc_vertex(const long long* __restrict__ sk, const lon
     if (has_color) {
         const double ca = (double)color[a * colstride], cb = (double)color[b * colstride];
         vcol[id] = (COL)(ca + t * (cb - ca));
-        if (ca != ca || cb != cb) atomicOr(flags, 1u);
+        if (ca != ca || cb != cb) atomicOr(stats + nlev, 1ull);
     }
+}
+
+// Faces' slot numbers to vertex numbers (plus the level's first vertex).
+extern "C" __global__ void cc_faces(int* __restrict__ faces, const long long n, const int* __restrict__ remap,
+                                    const int add) {
+    const long long i = (long long)blockIdx.x * BLOCK + threadIdx.x;
+    if (i < n) faces[i] = remap[faces[i]] + add;
 }
 """
 
@@ -262,15 +315,27 @@ def _stride(a, name: str) -> list[int]:
     return [s // item for s in a.strides]
 
 
-def _cells_record(conn, offsets, types):
+@functools.lru_cache(maxsize=64)
+def _record(conn: int, cs: int, off: int, os: int, types: int, ts: int, n: int):
+    """The kernels' mesh record (built once per set of arrays: in-situ calls repeat them,
+    and the host work before the first launch leaves the GPU idle)."""
     rec = np.dtype([("conn", "u8"), ("cs", "i8"), ("off", "u8"), ("os", "i8"), ("types", "u8"), ("ts", "i8"),
                     ("n", "i8")], align=True)
     r = np.zeros((), rec)
-    r["conn"], r["cs"] = conn.data.ptr, _stride(conn, "connectivity")[0]
-    r["off"], r["os"] = offsets.data.ptr, _stride(offsets, "offsets")[0]
-    r["types"], r["ts"] = types.data.ptr, _stride(types, "types")[0]
-    r["n"] = types.shape[0]
+    r["conn"], r["cs"], r["off"], r["os"], r["types"], r["ts"], r["n"] = conn, cs, off, os, types, ts, n
     return r[()]
+
+
+def _cells_record(conn, offsets, types):
+    return _record(conn.data.ptr, _stride(conn, "connectivity")[0], offsets.data.ptr, _stride(offsets, "offsets")[0],
+                   types.data.ptr, _stride(types, "types")[0], types.shape[0])
+
+
+@functools.cache
+def _kernels(id_t: str, val_t: str, pt_t: str, col_t: str) -> dict:
+    """The module's kernels by name (looked up once)."""
+    mod = _module(id_t, val_t, pt_t, col_t)
+    return {k: mod.get_function(f"cc_{k}") for k in ("count", "emit", "hist", "scatter", "bucket", "vertex", "faces")}
 
 
 def contour(pts, conn, offsets, types, vals, levels, col, check_flags):
@@ -289,7 +354,7 @@ def contour(pts, conn, offsets, types, vals, levels, col, check_flags):
     if ncells == 0:
         return (xp.zeros((0, 3), pts.dtype), xp.zeros((0, 3), xp.int32),
                 None if col is None else xp.zeros(0, cdt), xp.zeros(0, xp.int64))
-    mod = _module(_CTYPE[conn.dtype], _CTYPE[vals.dtype], _CTYPE[pts.dtype], _CTYPE[np.dtype(cdt)])
+    k = _kernels(_CTYPE[conn.dtype], _CTYPE[vals.dtype], _CTYPE[pts.dtype], _CTYPE[np.dtype(cdt)])
     base, nvert, nface, slots, ftab = _tables(pts.device.id)
     cells_rec = _cells_record(conn, offsets, types)
     vs = np.int64(_stride(vals, "values")[0])
@@ -297,67 +362,76 @@ def contour(pts, conn, offsets, types, vals, levels, col, check_flags):
     grid = (-(-nb // (_BLOCK // 32)),)
     code = xp.empty((nlev, ncells), xp.uint8)
     tot = xp.empty((2, nlev, nb), xp.int32)
-    flags = xp.zeros(2, xp.uint32)  # pass 1's, the colour's
-    count = mod.get_function("cc_count")
+    flags = xp.zeros(1, xp.uint32)
     for n, lev in enumerate(levels):
-        count(grid, (_BLOCK,), (cells_rec, vals, vs, np.float64(lev), base, nvert, nface, code[n], tot[0, n],
-                                 tot[1, n], flags))
-    inc = xp.cumsum(tot.reshape(2, nlev * nb), axis=1, dtype=xp.int64)
-    fl, *ends = arrays.scalars_to_host(
-        xp.concatenate([flags[:1].astype(xp.int64), inc[0, nb - 1::nb], inc[1, nb - 1::nb]]), limit=1 + 2 * nlev)
+        k["count"](grid, (_BLOCK,), (cells_rec, vals, vs, np.float64(lev), base, nvert, nface, code[n], tot[0, n],
+                                      tot[1, n], flags))
+    # one scan over the slots and then the faces of every level (the faces' part less the
+    # slots' total, see cc_emit); the flags and the levels' ends in one read
+    inc = xp.cumsum(tot.reshape(-1), dtype=xp.int64)
+    fl, *ends = arrays.scalars_to_host(xp.concatenate([flags.astype(xp.int64), inc[nb - 1::nb]]),
+                                       limit=1 + 2 * nlev)
     dim = check_flags(int(fl))
-    vends, fends = ends[:nlev], ends[nlev:]
-    nslots, nf = vends[-1], fends[-1]
+    nslots = ends[nlev - 1]
+    vends, fends = ends[:nlev], [e - nslots for e in ends[nlev:]]
+    nf = fends[-1]
     if max(nslots, nf) > 2**31 - 1:
         raise ValueError(f"mesh: the contour has {nslots} edge crossings and {nf} faces, more than int32 indices hold")
     keys = xp.empty(nslots, xp.int64)
     faces = xp.empty((nf, dim), xp.int32)
     cells = xp.empty(nf, xp.int64)
-    emit = mod.get_function("cc_emit")
     for n in range(nlev):
-        emit(grid, (_BLOCK,), (cells_rec, code[n], base, nvert, nface, slots, ftab, tot[0, n], tot[1, n],
-                                inc[0, n * nb:], inc[1, n * nb:], np.int64(npts), np.int32(dim), keys, faces, cells))
-    # weld, level by level
+        at = n * nb
+        k["emit"](grid, (_BLOCK,), (cells_rec, code[n], base, nvert, nface, slots, ftab, tot[0, n], tot[1, n],
+                                     inc[at:], inc[nlev * nb + at:], np.int64(nslots), np.int64(npts), np.int32(dim),
+                                     keys, faces, cells))
+    # weld, level by level (the counting sort of _contour_cpu._weld_level)
     verts_all = xp.empty((nslots, 3), pts.dtype)
     vcol_all = xp.empty(nslots, cdt) if col is not None else None
     remap = xp.empty(nslots, xp.int32)
-    nunique = xp.zeros(nlev, xp.int64)
+    stats = xp.zeros(nlev + 1, xp.uint64)  # per level its vertex count; the colour's NaN flag
     ps = np.asarray(_stride(pts, "points"), np.int64)
     cstride = np.int64(_stride(col, "color")[0]) if col is not None else np.int64(0)
-    first_k, vertex_k = mod.get_function("cc_first"), mod.get_function("cc_vertex")
+    # buckets of 2^shift lower point ids, at least one per slot (at most 16 ids: each slot
+    # counts its bucket's keys)
+    shift = min(4, int(np.log2(max(npts / max(nslots, 1), 1.0))))
+    nbk = ((npts - 1) >> shift) + 1
+    cnt = xp.empty(nbk, xp.int32)
+    bk, sk = xp.empty(nslots, xp.int64), xp.empty(nslots, xp.int64)
+    border, order, rank, first = (xp.empty(nslots, xp.int32) for _ in range(4))
     start = 0
     for n, end in enumerate(vends):
         m = end - start
         if m:
-            seg = keys[start:end]
-            order = xp.argsort(seg)
-            sk = seg[order]
-            first = xp.empty(m, xp.int32)
+            seg, mm, npt, sh = keys[start:end], np.int64(m), np.int64(npts), np.int32(shift)
             grid = (-(-m // _BLOCK),)
-            first_k(grid, (_BLOCK,), (sk, np.int64(m), first))
-            ids = xp.cumsum(first, dtype=xp.int32)
-            vertex_k(grid, (_BLOCK,), (sk, order, first, ids, np.int64(m), np.int64(npts), np.float64(levels[n]),
-                                       vals, vs, pts, ps[0], ps[1], np.int32(col is not None),
-                                       col if col is not None else pts, cstride, remap[start:end],
-                                       verts_all[start:end], vcol_all[start:end] if col is not None else verts_all,
-                                       flags[1:]))
-            nunique[n] = ids[m - 1]
+            cnt.fill(0)
+            k["hist"](grid, (_BLOCK,), (seg, mm, npt, sh, cnt, rank))
+            cend = xp.cumsum(cnt, dtype=xp.int32)
+            k["scatter"](grid, (_BLOCK,), (seg, mm, npt, sh, cnt, cend, rank, bk, border))
+            k["bucket"](grid, (_BLOCK,), (bk, border, mm, npt, sh, cnt, cend, sk, order, first))
+            ids = xp.cumsum(first[:m], dtype=xp.int32)
+            k["vertex"](grid, (_BLOCK,), (sk, order, first, ids, mm, npt, np.float64(levels[n]),
+                                          vals, vs, pts, ps[0], ps[1], np.int32(col is not None),
+                                          col if col is not None else pts, cstride, remap[start:end],
+                                          verts_all[start:end], vcol_all[start:end] if col is not None else verts_all,
+                                          stats, np.int32(n), np.int32(nlev)))
         start = end
-    *counts, bad = arrays.scalars_to_host(xp.concatenate([nunique, flags[1:].astype(xp.int64)]), limit=1 + nlev)
+    *counts, bad = arrays.scalars_to_host(stats, limit=1 + nlev)
     if bad:
         raise ValueError("color: NaN at an end of a crossed edge")
     # vertices: each level's run of its slots' region; faces: slot -> vertex
     vstarts = [0] + vends[:-1]
     fstarts = [0] + fends[:-1]
     vbase = np.cumsum([0] + counts[:-1])
+    for n in range(nlev):
+        nn = (fends[n] - fstarts[n]) * dim
+        if nn:
+            k["faces"]((-(-nn // _BLOCK),), (_BLOCK,), (faces[fstarts[n]:], np.int64(nn), remap, np.int32(vbase[n])))
     if nlev == 1:
         verts = verts_all[:counts[0]]
         vcol = vcol_all[:counts[0]] if col is not None else None
-        faces = remap[faces]
     else:
-        verts = xp.concatenate([verts_all[s:s + k] for s, k in zip(vstarts, counts)])
-        vcol = xp.concatenate([vcol_all[s:s + k] for s, k in zip(vstarts, counts)]) if col is not None else None
-        for n in range(nlev):
-            f = faces[fstarts[n]:fends[n]]
-            f[...] = remap[f] + np.int32(vbase[n])
+        verts = xp.concatenate([verts_all[s:s + c] for s, c in zip(vstarts, counts)])
+        vcol = xp.concatenate([vcol_all[s:s + c] for s, c in zip(vstarts, counts)]) if col is not None else None
     return verts, faces, vcol, cells
