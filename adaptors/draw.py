@@ -60,10 +60,10 @@ class SurfacePlot:
 class CellSurfacePlot:
     """A pseudocolor plot of a mesh of cells (:class:`render.cells.CellMesh`), whose points,
     connectivity, offsets and types are at indices `mesh` of the field list: its outer
-    surface (``kind="surface"``, ghost cells at index `hidden` left out), the contour of
-    point field `field` at `levels` (``"contour"``), or its cuts by `planes` (``"slice"``),
-    coloured by `color` (point values; with `color_cells`, one value per cell, each
-    triangle its cell's)."""
+    surface (``kind="surface"``), the contour of point field `field` at `levels`
+    (``"contour"``), or its cuts by `planes` (``"slice"``), ghost cells at index `hidden`
+    left out, coloured by `color` (point values; with `color_cells`, one value per cell,
+    each triangle its cell's)."""
 
     mesh: tuple[int, int, int, int]
     color: int
@@ -214,10 +214,15 @@ class Renderers:
 
             if len(self._tfs) >= self.MAX_TRANSFER_FUNCTIONS:
                 self._tfs.pop(next(iter(self._tfs)))
+            from render.colormap import alpha_points
+
+            opacity = [tuple(x) for x in plot.opacity] if plot.opacity else None
+            alphas = alpha_points(plot.colormap) if opacity is None else None
+            if alphas is not None:  # a table's own alpha points (Ascent's), over the colour range
+                opacity = [(plot.lo + x * (hi - plot.lo), a) for x, a in alphas]
             # Opacity in the config is reached over one world unit, whatever the grid spacing.
-            tf = self._tfs[key] = TransferFunction.from_colormap(
-                plot.colormap, plot.lo, hi, unit_length=1.0,
-                opacity=[tuple(x) for x in plot.opacity] if plot.opacity else None)
+            tf = self._tfs[key] = TransferFunction.from_colormap(plot.colormap, plot.lo, hi, unit_length=1.0,
+                                                                 opacity=opacity)
         return tf
 
     def close(self) -> None:
@@ -347,6 +352,7 @@ def _cell_mesh(fields: Sequence[Any], at: tuple[int, int, int, int]):
 
 def _cell_meshes(fields: Sequence[Any], spec: DomainSpec, plot: CellSurfacePlot) -> list[tuple]:
     """The triangle meshes (verts, faces, normals, values) of a cell mesh's surface plot."""
+    from render.cells._mesh import check_hidden
     from render.cells.contour import contour, slice_plane
     from render.cells.surface import face_normals, outer_surface, vertex_normals
 
@@ -366,11 +372,15 @@ def _cell_meshes(fields: Sequence[Any], spec: DomainSpec, plot: CellSurfacePlot)
         parts = [contour(mesh, fields[plot.field], list(plot.levels), color=color)]
     else:
         parts = [slice_plane(mesh, pt, nrm, color=color) for pt, nrm in plot.planes or ()]
+    # A ghost cell's pieces are drawn by the block that owns the cell: leave them out here
+    # (the vertices they alone used stay, unreferenced).
+    keep = check_hidden(mesh, None if plot.hidden is None else fields[plot.hidden])
     out = []
     for c in parts:
         if c.faces.ndim == 2 and c.faces.shape[1] == 2:
             raise ValueError("a contour of a 2-D mesh is lines, which pseudocolor plots do not draw yet")
-        out.append((c.vertices, c.faces, vertex_normals(c.vertices, c.faces), c.values))
+        faces = c.faces if keep is None else c.faces[keep[c.cells]]
+        out.append((c.vertices, faces, vertex_normals(c.vertices, faces), c.values))
     return out
 
 
@@ -609,10 +619,11 @@ def describe_domain(plots: Sequence[tuple], i: int, domain) -> tuple[list, Domai
                                                  color_cells=per_cell))
                 elif s.planes:
                     specs.append(CellSurfacePlot(mesh, at(ds, field), float(lo), float(hi), cmap, "slice",
-                                                 planes=s.planes))
+                                                 planes=s.planes, hidden=hidden))
                 else:
                     specs.append(CellSurfacePlot(mesh, at(ds, field), float(lo), float(hi), cmap, "contour",
-                                                 field=at(ds, s.field), levels=tuple(map(float, s.levels))))
+                                                 field=at(ds, s.field), levels=tuple(map(float, s.levels)),
+                                                 hidden=hidden))
             else:
                 f = d.field(field)
                 opacity = p["color_table"].get("opacity")

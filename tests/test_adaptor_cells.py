@@ -254,3 +254,35 @@ def test_parse_with_cells_keeps_uniform_grids_as_grids():
     (c,) = parse(hexes()[0], cells=True)
     assert isinstance(g, MeshDomain) and isinstance(c, CellDomain)
     np.testing.assert_allclose(c.box, g.box)
+
+
+def test_contours_and_slices_of_cells_leave_ghost_cells_out():
+    """Two blocks that each hold the other's boundary layer as ghosts draw, together, the
+    surface of the whole mesh once: the same area, not the overlap twice."""
+    from adaptors.draw import CellSurfacePlot, _cell_meshes
+
+    x = np.linspace(-1.0, 1.0, 9)
+
+    def area(m):
+        v, f = m[0], m[1]
+        return 0.5 * np.linalg.norm(np.cross(v[f[:, 1]] - v[f[:, 0]], v[f[:, 2]] - v[f[:, 0]]), axis=1).sum()
+
+    def drawn(xs, owned):
+        mesh = grid_cells(xs, x, x)
+        cx = mesh.points[mesh.connectivity.reshape(-1, 8), 0].mean(axis=1)
+        hidden = None if owned is None else ~((cx > owned[0]) & (cx < owned[1]))
+        fields = [mesh.points, mesh.connectivity, mesh.offsets, mesh.types, radius(mesh.points), hidden]
+        out = []
+        for kind, extra in (("contour", {"field": 4, "levels": (0.7,)}),
+                            ("slice", {"planes": (((0.0, 0.1, 0.0), (0.3, 1.0, 0.2)),)})):
+            plot = CellSurfacePlot((0, 1, 2, 3), 4, 0.0, 1.0, "viridis", kind, hidden=None if owned is None else 5,
+                                   **extra)
+            out.append(sum(area(m) for m in _cell_meshes(fields, None, plot)))
+        return np.array(out)
+
+    whole = drawn(x, None)
+    blocks = drawn(x[:6], (-2.0, x[4])) + drawn(x[3:], (x[4], 2.0))  # cells 0..3 | 4..7, one layer of ghosts each
+    assert whole.min() > 0.5
+    np.testing.assert_allclose(blocks, whole, rtol=1e-12)
+    overlap = drawn(x[3:6], None)  # what drawing the ghosts too would add
+    assert overlap.min() > 0.05 * whole.max()
