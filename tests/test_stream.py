@@ -134,7 +134,7 @@ def test_frame_records_carry_reductions_and_timings_readable_by_adios2(tmp_path)
     name = str(tmp_path / "frames.bp")
     with FrameWriter(name, "BP5") as w:
         for step in range(3):
-            w.write(pattern(step, 8), step=step, time=0.5 * step,
+            w.write(pattern(step, 8), step=step, time=0.5 * step, ranges={"speed": (0.5, 2.5), "rho": (0, step)},
                     stats={"T": {"min": -step, "max": 2.0 * step, "mean": 0.5}, "rho": {"min": 1.0}},
                     timings={"draw": 0.01 * step} if step else None)
         with pytest.raises(ValueError, match=r"stats/T: unknown key\(s\) 'median'; known: min, max, mean"):
@@ -150,6 +150,7 @@ def test_frame_records_carry_reductions_and_timings_readable_by_adios2(tmp_path)
     assert frames[2].stats == {"T": {"min": -2.0, "max": 4.0, "mean": 0.5}, "rho": {"min": 1.0}}
     assert (frames[0].timings, frames[2].timings) == ({}, {"draw": 0.02})
     assert [f.frame_number for f in frames] == [0, 1, 2]
+    assert frames[2].ranges == {"speed": (0.5, 2.5), "rho": (0.0, 2.0)}  # names of more than one letter
 
 
 def test_adaptor_frames_carry_the_fields_min_max_mean_and_stage_timings(tmp_path):

@@ -825,8 +825,9 @@ class FrameReader(_Stream):
                 f.depth = np.ascontiguousarray(d.reshape(h, w)[::-1]) if "rgba" in names else d
             if "ranges" in names:
                 if self._fields is None:
-                    a = s.read_attribute_string("range_fields") if "range_fields" in s.available_attributes() else []
-                    self._fields = (a[0] if a else "").split(",")
+                    a = s.read_attribute_string("range_fields") if "range_fields" in s.available_attributes() else ""
+                    # ADIOS2 gives a single string attribute as a str (2.10 on), before as a list of one
+                    self._fields = (a if isinstance(a, str) else a[0] if a else "").split(",")
                 r = s.read("ranges")
                 f.ranges = {k: (float(r[2 * i]), float(r[2 * i + 1])) for i, k in enumerate(self._fields) if k}
         finally:
