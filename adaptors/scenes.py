@@ -89,7 +89,7 @@ class SceneRenderer:
         ctx = self.ctx
         bounds = ctx.bounds(raw.domains)
         out = {}
-        stats: dict = {}  # (pipeline, field) -> {"min", "max", "mean"}: once per step
+        stats: dict = {}  # (domains, field) -> {"min", "max", "mean"}: once per render call
         for rname, r in scene["renders"].items():
             cam_cfg = {**r["camera"], **(steer.get("camera") or {})}
             w, h = r["image_width"], r["image_height"]
@@ -103,11 +103,16 @@ class SceneRenderer:
             plots = []
             for pname, p in scene["plots"].items():
                 ds = datasets[p["pipeline"]] if p.get("pipeline") else raw
+                if p["type"] == "mesh":  # edges in the render's foreground colour; no field, no range
+                    bg = [float(c) for c in (list(r["bg_color"]) + [1.0])[:4]]
+                    plots.append((pname, {**p, "color": r.get("fg_color") or foreground_for(bg)}, ds, None, 0.0, 0.0,
+                                  None))
+                    continue
                 field = p.get("field") or (ds.surface.color_default if ds.surface else ds.color_default)
                 if not field:
                     raise ValueError(f"scenes/{name}/plots/{pname}: needs a field to colour by (a slice, clip or "
                                      "threshold has none of its own)")
-                key = (p.get("pipeline"), field)
+                key = (id(ds.domains), field)  # a contour's dataset shares its input's domains
                 if key not in stats:
                     with self.prof.stage("ranges"):
                         stats[key] = {op: ctx.reduce_field(ds.domains, field, op) for op in ("min", "max", "avg")}
@@ -131,12 +136,13 @@ class SceneRenderer:
                     rgba = rgba.copy()
                     for c in range(4):  # scalars as kernel arguments: nothing is uploaded
                         rgba[..., c] += behind * (bg[c] * bg[3] if c < 3 else bg[3])
-                if r.get("annotations") and plots:
+                coloured = [x for x in plots if x[3]]  # mesh plots colour no field
+                if r.get("annotations") and coloured:
                     with self.prof.stage("annotate"):  # drawn where the frame is: no copy
-                        _, _, _, field, lo, hi, cmap = plots[0]
+                        _, _, _, field, lo, hi, cmap = coloured[0]
                         fg = r.get("fg_color") or foreground_for(bg)
                         annotate(rgba, field=field, lo=lo, hi=hi, colormap=cmap, step=step, time=time, fg=fg)
-                ranges = {f: (lo, hi) for _, _, _, f, lo, hi, _ in plots}
+                ranges = {f: (lo, hi) for _, _, _, f, lo, hi, _ in coloured}
                 out[vname] = Rendered(rgba, depth, cam, ranges, path,
                                       {f: per_field[f] for f in ranges}, self._timings_so_far())
         return out
