@@ -53,14 +53,16 @@ def test_a_slow_reader_does_not_slow_the_writer_and_gets_the_newest_frames(tmp_p
     alone = finish(writer(tmp_path, tmp_path / "alone", count, 256, "--work-ms", work))
     name = tmp_path / "watched"
     p = writer(tmp_path, name, count, 256, "--work-ms", work)
-    got = []
+    got, numbers = [], []
     with FrameReader(str(name), "SST", timeout=60) as r:
         for f in r:
             got.append(f.step)
+            numbers.append(f.frame_number)
             time.sleep(0.25)  # a viewer far slower than the simulation
     watched = finish(p)
     assert watched < 1.1 * alone + 0.1, (watched, alone)
     assert got == sorted(got) and len(got) < count  # frames were dropped, not queued up
+    assert numbers == got  # a frame a step: the gaps in the frames' numbers are the frames dropped
     # What it saw last is recent: at most one of its sleeps' worth of writer steps
     # (0.25 s / 30 ms) plus the queue (3 frames) behind the writer's last step.
     assert got[-1] >= count - 1 - (int(0.25 / 0.030) + 3 + 1), got

@@ -374,6 +374,8 @@ def test_live_stream_is_shown_and_recorded(tmp_path):
         assert w.finish(60) == 0, w.log()
         st = until(lambda: (s := status(v.url))["ended"] and s, 10, "the end of the stream")
         assert st["error"] is None and st["step"] == 79
+        # the writer wrote every step: the frames that did not come are the dropped ones
+        assert st["dropped"] == 80 - st["first_step"] - st["received"] and st["replay"] is None
         step, img = frame(v.url)  # still serving the last frame
         assert step == 79 and np.array_equal(img, pattern(79))
         files = sorted(os.listdir(png))
