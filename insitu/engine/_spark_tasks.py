@@ -23,7 +23,9 @@ from insitu.errors import InsituError
 from insitu.pool import DaemonWorker, Package, WorkerDiedError, ensure_daemon
 from insitu.pool.commands import Ref
 from insitu.pool.halo import extract_halo
+from insitu.pool.node import node_id
 from insitu.pool.shuffle import stable_partition
+from insitu.transports import tcp
 
 __all__ = ["BlockRecord", "LostBlocksError", "export_slab", "import_slab", "load_checkpoint_block"]
 
@@ -41,6 +43,13 @@ class BlockRecord:
     socket: str
     device: int | None
     pid: int  # the daemon that cached it (a restarted daemon has another pid)
+    node: str | None = None  # its node id (insitu.pool.node); None: the engine's only node
+    addr: tuple | None = None  # (host, port, token) of its daemon's tcp block server (other nodes fetch there)
+
+    @property
+    def host(self) -> str | None:
+        """The address of the node that holds the block (Spark's preferred location)."""
+        return None if self.addr is None else self.addr[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +62,12 @@ class _Ctx:
     timeout: float
     options: tuple  # (name, value) pairs for a daemon started by a task
     gpu_workers: bool = True  # False: a scheduled GPU's daemon is a CPU worker (fake GPUs in tests)
+    network: bool = False  # blocks may live on other nodes: records name their node and tcp endpoint
+
+    @property
+    def node(self) -> str:
+        """The node id of the task's host (that of every daemon it starts or finds there)."""
+        return node_id(self.daemon_dir)
 
     @property
     def multi(self) -> bool:
@@ -138,6 +153,46 @@ def _seal(pkg: Package, keyed: tuple | None) -> None:
 
 _CLIENTS: dict[str, DaemonWorker] = {}  # per python worker (reused between tasks): one connection per daemon
 _DEVICES: dict[str, int | None] = {}  # socket -> device of the daemons this python worker used
+_ENDPOINTS: dict[str, tuple] = {}  # socket -> (daemon pid, its tcp endpoint)
+
+
+def _endpoint(w: DaemonWorker) -> tcp.Endpoint:
+    """The tcp block server of the daemon `w` talks to (asked once per daemon)."""
+    known = _ENDPOINTS.get(w.socket_path)
+    if known is not None and known[0] == w.pid:
+        return known[1]
+    pkg = Package()
+    pkg.add("recv", pkg.add("exec", tcp.endpoint, None, ()))
+    ep = w.run(pkg)[0]
+    if ep is None:
+        raise InsituError(f"the worker daemon at {w.socket_path} (pid {w.pid}) serves no blocks over tcp: it was "
+                          "started without INSITU_DAEMON_TCP=1 (SparkEngine(network=True) sets it for its "
+                          "executors; stop the old daemon)")
+    _ENDPOINTS[w.socket_path] = (w.pid, ep)
+    return ep
+
+
+def _record(ctx: _Ctx, w: DaemonWorker, key, handle, device) -> BlockRecord:
+    """The record of a block `w`'s daemon cached under `handle`."""
+    if not ctx.network:
+        return BlockRecord(key, handle, w.socket_path, device, w.pid)
+    ep = _endpoint(w)
+    return BlockRecord(key, handle, w.socket_path, device, w.pid, ctx.node, tuple(ep))
+
+
+def _remote(ctx: _Ctx, rec: BlockRecord) -> bool:
+    """Whether `rec`'s block lives on another node (reached over tcp only)."""
+    return rec.node is not None and rec.node != ctx.node
+
+
+def _same_daemon(ctx: _Ctx, rec: BlockRecord, w: DaemonWorker) -> bool:
+    # Socket paths repeat across hosts (same directory, same hostname in namespaces): the node decides.
+    return rec.socket == w.socket_path and not _remote(ctx, rec)
+
+
+def _fetch(addr, handle, key, take: bool):
+    """In a daemon: block `key` from the daemon of another node (`take`: dropped there once sent)."""
+    return tcp.fetch(addr, handle, key=key, take=take)
 
 
 def _placement(ctx: _Ctx, index: int) -> tuple[int | None, str]:
@@ -200,7 +255,7 @@ def _worker_for(ctx: _Ctx, index: int, srcs: list) -> tuple[DaemonWorker, int | 
     """The daemon a partition's package runs on, and its device: the one holding the
     partition's cached blocks, else the partition's by the placement rule."""
     for src in srcs:
-        if src[1] in ("handle", "halo"):
+        if src[1] in ("handle", "halo") and not _remote(ctx, src[2]):
             return _client_at(ctx, src[2]), src[2].device
     device, directory = _placement(ctx, index)
     return _client(ctx, device, directory), device
@@ -228,7 +283,7 @@ def _run(w: DaemonWorker, pkg: Package, srcs: list, ctx: _Ctx) -> tuple[list, Da
         raise
     except Exception as e:
         lost = sorted({repr(r.key) for s in srcs for r in _records_of(s)
-                       if r.socket == w.socket_path and r.pid != w.pid})
+                       if _same_daemon(ctx, r, w) and r.pid != w.pid})
         if lost:
             raise LostBlocksError(f"blocks {', '.join(lost[:8])}{' ...' if len(lost) > 8 else ''} were cached by "
                                   f"a worker daemon at {w.socket_path} that died (now pid {w.pid}); recompute "
@@ -250,12 +305,16 @@ def _add(pkg: Package, tags: list, kind: str, *args, tag=None, **kwargs):
     return ref
 
 
-def _take_slab(pkg: Package, tags: list, w: DaemonWorker, rec: BlockRecord, desc, remote_drops: dict):
+def _take_slab(pkg: Package, tags: list, w: DaemonWorker, rec: BlockRecord, desc, remote_drops: dict | None,
+               ctx: _Ctx):
     """A slab or grouped block from `rec`'s daemon into this package: a ``get`` on the same
-    daemon (then dropped with this package unless `remote_drops` is None), else mapped from
-    the other daemon of the node through `desc`."""
-    if rec.socket == w.socket_path:
+    daemon (then dropped with this package unless `remote_drops` is None), fetched over tcp
+    from another node's daemon (taken there, unless `remote_drops` is None), else mapped
+    from the other daemon of the node through `desc`."""
+    if _same_daemon(ctx, rec, w):
         return pkg.add("get", rec.handle)
+    if _remote(ctx, rec):
+        return pkg.add("exec", _fetch, None, (rec.addr, rec.handle, rec.key, remote_drops is not None))
     if desc is None:
         raise InsituError(f"block {rec.key!r} lives on the daemon at {rec.socket}, this task's daemon is "
                           f"{w.socket_path}, and it was not exported for a hand-off (another node?)")
@@ -265,7 +324,16 @@ def _take_slab(pkg: Package, tags: list, w: DaemonWorker, rec: BlockRecord, desc
     return ref
 
 
-def _build(pkg: Package, tags: list, w: DaemonWorker, src, steps: tuple, local_drops: list, remote_drops: dict):
+def _get(pkg: Package, ctx: _Ctx, rec: BlockRecord):
+    """A cached block into this package: by handle, or fetched over tcp from another node
+    (a task Spark placed away from the block's host)."""
+    if _remote(ctx, rec):
+        return pkg.add("exec", _fetch, None, (rec.addr, rec.handle, rec.key, False))
+    return pkg.add("get", rec.handle)
+
+
+def _build(pkg: Package, tags: list, w: DaemonWorker, src, steps: tuple, local_drops: list, remote_drops: dict,
+           ctx: _Ctx):
     """Operations producing source `src` after `steps`; returns the reference to it."""
     key, kind = src[0], src[1]
     if kind == "array":
@@ -275,22 +343,22 @@ def _build(pkg: Package, tags: list, w: DaemonWorker, src, steps: tuple, local_d
         if _DEVICES.get(w.socket_path) is not None:  # a GPU daemon's blocks are on its device, as sent ones are
             ref = pkg.add("exec", _on_device, None, (ref,))
     elif kind == "handle":
-        ref = pkg.add("get", src[2].handle)
+        ref = _get(pkg, ctx, src[2])
     elif kind == "halo":
         rec, domain, component, slabs = src[2], src[3], src[4], src[5]
-        ref = pkg.add("get", rec.handle)
+        ref = _get(pkg, ctx, rec)
         dirs, refs = [], []
         for direction, srec, desc in slabs:
             dirs.append(direction)
-            refs.append(_take_slab(pkg, tags, w, srec, desc, remote_drops))
-            if srec.socket == w.socket_path:
+            refs.append(_take_slab(pkg, tags, w, srec, desc, remote_drops, ctx))
+            if _same_daemon(ctx, srec, w):
                 local_drops.append(srec.handle)
         ref = pkg.add("exec", _append_slabs, None, (ref, key, domain, component, tuple(dirs), tuple(refs)))
     elif kind == "group":
         refs = []
         for _, rec, desc in src[2]:  # with a descriptor, the record is a copy made for this hand-off
-            refs.append(_take_slab(pkg, tags, w, rec, desc, remote_drops if desc is not None else None))
-            if desc is not None and rec.socket == w.socket_path:
+            refs.append(_take_slab(pkg, tags, w, rec, desc, remote_drops if desc is not None else None, ctx))
+            if desc is not None and _same_daemon(ctx, rec, w):
                 local_drops.append(rec.handle)
         ref = pkg.add("exec", _as_list, None, tuple(refs))
     else:  # pragma: no cover - sources are made here
@@ -317,8 +385,14 @@ def _finish(pkg, tags, w, remote_drops, local_drops, srcs, results_of, ctx, keye
     _seal(pkg, keyed)
     results, w = _run(w, pkg, srcs, ctx)
     by_socket: dict[str, list] = {}
+    by_addr: dict[tuple, list] = {}
     for rec in remote_drops:  # slabs mapped from another daemon: free them there, one package per daemon
-        by_socket.setdefault(rec.socket, []).append(rec.handle)
+        if _remote(ctx, rec):
+            by_addr.setdefault(tuple(rec.addr), []).append(rec.handle)
+        else:
+            by_socket.setdefault(rec.socket, []).append(rec.handle)
+    for addr, handles in sorted(by_addr.items()):  # another node's: over tcp
+        tcp.drop(addr, handles, timeout=ctx.timeout)
     for sock, handles in sorted(by_socket.items()):
         p, k = _keyed_package(None if keyed is None else (*keyed[0], sock))
         for h in handles:
@@ -346,9 +420,15 @@ def _action_task(index: int, it: Iterable, *, ctx: _Ctx, steps: tuple, final: st
     for src in srcs:
         if final in ("drop", "unpersist", "persist_handle"):
             rec = src[2]
+            if _remote(ctx, rec):
+                if final != "drop":
+                    raise InsituError(f"{final}: block {rec.key!r} lives on node {rec.node}, this task runs on "
+                                      f"{ctx.node}: (un)persisting goes to the block's own node")
+                remote_drops.setdefault(rec, None)
+                continue
             outs.append(("persist" if final == "persist_handle" else final, rec.handle, {}, ("rec", rec.key)))
             continue
-        ref = _build(pkg, tags, w, src, steps, local_drops, remote_drops)
+        ref = _build(pkg, tags, w, src, steps, local_drops, remote_drops, ctx)
         if final == "recv":
             outs.append(("recv", ref, {"host": True}, ("val", src[0])))
         elif final in ("cache", "persist"):
@@ -356,7 +436,10 @@ def _action_task(index: int, it: Iterable, *, ctx: _Ctx, steps: tuple, final: st
         elif final == "checkpoint":
             outs.append(("recv", pkg.add("exec", _save_block, None, (ref, src[0], directory)), {}, ("val", src[0])))
         if drop_sources and src[1] in ("handle", "halo"):
-            local_drops.append(src[2].handle)
+            if _remote(ctx, src[2]):
+                remote_drops.setdefault(src[2], None)
+            else:
+                local_drops.append(src[2].handle)
     for kind, ref, kw, tag in outs:  # after every computing operation: a failing one has cached nothing
         _add(pkg, tags, kind, ref, tag=tag, **kw)
 
@@ -364,7 +447,7 @@ def _action_task(index: int, it: Iterable, *, ctx: _Ctx, steps: tuple, final: st
         out = []
         for (what, key), r in pairs:
             if final in ("cache", "persist"):
-                out.append((key, "handle", BlockRecord(key, r, w.socket_path, device, w.pid)))
+                out.append((key, "handle", _record(ctx, w, key, r, device)))
             elif final in ("drop", "unpersist", "persist_handle"):
                 out.append(key)
             else:
@@ -394,7 +477,7 @@ def _cut_slabs(ctx: _Ctx, w: DaemonWorker, device, srcs: list, domain, component
     tags, outs = [], []
     for src in srcs:
         gid = src[0]
-        whole = pkg.add("exec", _extract, None, (pkg.add("get", src[2].handle), gid, domain, component))
+        whole = pkg.add("exec", _extract, None, (_get(pkg, ctx, src[2]), gid, domain, component))
         for d, n in sorted(domain.neighbors(gid).items()):
             slab_key = (n, tuple(-x for x in d))
             s = pkg.add("exec", operator.getitem, None, (whole, slab_key))
@@ -411,7 +494,7 @@ def _cut_slabs(ctx: _Ctx, w: DaemonWorker, device, srcs: list, domain, component
         if what == "desc":
             desc[(n, d)] = r
         else:
-            out.append((n, d, BlockRecord(("slab", n, d), r, w.socket_path, device, w.pid), desc.get((n, d))))
+            out.append((n, d, _record(ctx, w, ("slab", n, d), r, device), desc.get((n, d))))
     return out, w
 
 
@@ -427,7 +510,7 @@ def _group_task(index: int, it: Iterable, *, ctx: _Ctx, key: Callable, token: st
     pkg, keyed = _keyed_package(None if token is None else (token, index))
     tags, outs = [], []
     for src in srcs:
-        s = pkg.add("exec", _shareable, None, (pkg.add("get", src[2].handle),))
+        s = pkg.add("exec", _shareable, None, (_get(pkg, ctx, src[2]),))
         outs.append((pkg.add("exec", export_slab, None, (s,)), s, src[0]))
     for desc, s, k in outs:
         _add(pkg, tags, "recv", desc, tag=k)
@@ -439,7 +522,7 @@ def _group_task(index: int, it: Iterable, *, ctx: _Ctx, key: Callable, token: st
     for i in range(0, len(res), 2):
         k = tags[i]
         r = recs[k]
-        out.append((key(k), (k, BlockRecord(k, res[i + 1], r.socket, r.device, w.pid), res[i])))
+        out.append((key(k), (k, _record(ctx, w, k, res[i + 1], r.device), res[i])))
     return out
 
 
@@ -478,16 +561,57 @@ def _rendezvous(directory: str, rnd: int, index: int, nparts: int, payload, time
     return out
 
 
+def _swap(exchange, rnd: int, index: int, nparts: int, payload, timeout: float) -> list:
+    """Every partition's `payload` of round `rnd`: through the driver's
+    :class:`~insitu.transports.tcp.RecordExchange` where `exchange` is ``(endpoint, job)``
+    (tasks on several nodes), else through files of the node's daemon directory."""
+    if isinstance(exchange, str):
+        return _rendezvous(exchange, rnd, index, nparts, payload, timeout)
+    import pickle
+
+    ep, job = exchange
+    got = tcp.allgather(ep, job, rnd, index, nparts, pickle.dumps(payload, protocol=5), timeout=timeout)
+    return [pickle.loads(b) for b in got]  # from the driver, which sends the tasks their code anyway
+
+
 def _rounds_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component, kernel, function_name, args: tuple,
-                 launch: dict, rounds: int, nparts: int, exchange_dir: str) -> list:
+                 launch: dict, rounds: int, nparts: int, exchange_dir: str | tuple) -> list:
     """`rounds` x (halo exchange, `kernel`) for one partition's cached blocks, in a barrier
     stage: per round one package cuts, copies and caches the slabs on this partition's
     daemon (exported where the node has several daemons), the tasks swap the slabs'
     records through files in `exchange_dir` (:func:`_rendezvous`, the round's barrier;
-    the data stays in the daemons), and a second package appends the slabs addressed to
-    these blocks (same daemon: by handle; another daemon: mapped through shared memory or
-    CUDA IPC), runs `kernel` and caches the results. The blocks of the round before are
+    the data stays in the daemons; with `exchange_dir` ``(endpoint, job)``, through the
+    driver's :class:`~insitu.transports.tcp.RecordExchange`: tasks on several nodes), and
+    a second package appends the slabs addressed to these blocks (same daemon: by handle;
+    another daemon of the node: mapped through shared memory or CUDA IPC; another node:
+    taken over tcp by the daemon itself), runs `kernel` and caches the results. The blocks of the round before are
     dropped as it goes, except the job's sources: a retried stage starts from them again."""
+    if isinstance(exchange_dir, str):
+        _clear_exchange(exchange_dir, index)
+    srcs = list(it)
+    moved = any(_remote(ctx, s[2]) for s in srcs)
+    if moved:  # Spark placed the task away from its blocks' node: bring them here first
+        srcs = _localize(ctx, index, srcs)
+    return _rounds(index, srcs, ctx=ctx, domain=domain, component=component, kernel=kernel,
+                   function_name=function_name, args=args, launch=launch, rounds=rounds, nparts=nparts,
+                   exchange=exchange_dir, keep_sources=not moved)
+
+
+def _localize(ctx: _Ctx, index: int, srcs: list) -> list:
+    """`srcs` (cached blocks) fetched from other nodes onto this partition's daemon here, as
+    new records (the job's sources there stay, as a retried stage needs them)."""
+    device, directory = _placement(ctx, index)
+    w = _client(ctx, device, directory)
+    pkg, tags, refs = Package(), [], []
+    for s in srcs:
+        refs.append((s[0], _get(pkg, ctx, s[2]) if _remote(ctx, s[2]) else pkg.add("get", s[2].handle)))
+    for key, ref in refs:
+        _add(pkg, tags, "cache", ref, tag=key)
+    results, w = _run(w, pkg, srcs, ctx)
+    return [(key, "handle", _record(ctx, w, key, h, device)) for key, h in zip(tags, results)]
+
+
+def _clear_exchange(exchange_dir: str, index: int) -> None:
     os.makedirs(exchange_dir, exist_ok=True)
     # A rerun of the stage (Spark retries barrier stages whole) starts from the job's
     # sources; this partition's files of the failed attempt go first. Another partition
@@ -499,19 +623,22 @@ def _rounds_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component, kern
                 os.remove(os.path.join(exchange_dir, name))
             except FileNotFoundError:
                 pass
-    srcs = list(it)
+
+
+def _rounds(index: int, srcs: list, *, ctx: _Ctx, domain, component, kernel, function_name, args: tuple,
+            launch: dict, rounds: int, nparts: int, exchange, keep_sources: bool = True) -> list:
     recs = {s[0]: s[2] for s in srcs}
     w, device = _worker_for(ctx, index, srcs) if srcs else (None, None)
-    others = [r for r in recs.values() if r.socket != w.socket_path] if srcs else []
+    others = [r for r in recs.values() if not _same_daemon(ctx, r, w)] if srcs else []
     if others:
         raise InsituError(f"halo_iterate: partition {index} holds blocks on two daemons ({w.socket_path}, "
                           f"{others[0].socket}); cache each partition's blocks on one")
-    sources = dict(recs)
+    sources = dict(recs) if keep_sources else {}  # copies fetched from another node are this task's to free
     for rnd in range(rounds):
         out = []  # (target gid, direction from the target to the sender, record, descriptor)
         if recs:
             out, w = _cut_slabs(ctx, w, device, srcs, domain, component)
-        everyone = _rendezvous(exchange_dir, rnd, index, nparts, out, ctx.timeout)
+        everyone = _swap(exchange, rnd, index, nparts, out, ctx.timeout)
         if not recs:
             continue
         incoming: dict = {}
@@ -525,8 +652,8 @@ def _rounds_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component, kern
             dirs, refs = [], []
             for d, srec, dsc in sorted(incoming.get(gid, []), key=lambda x: x[0]):
                 dirs.append(d)
-                refs.append(_take_slab(pkg, tags, w, srec, dsc, remote_drops))
-                if srec.socket == w.socket_path:
+                refs.append(_take_slab(pkg, tags, w, srec, dsc, remote_drops, ctx))
+                if _same_daemon(ctx, srec, w):
                     local_drops.append(srec.handle)
             ref = pkg.add("exec", _append_slabs, None, (ref, gid, domain, component, tuple(dirs), tuple(refs)))
             ref = pkg.add("exec", kernel, function_name, (ref, *args), **launch)
@@ -537,7 +664,7 @@ def _rounds_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component, kern
             _add(pkg, tags, "cache", ref, tag=gid)
 
         def new_records(pairs, w):
-            return {gid: BlockRecord(gid, h, w.socket_path, device, w.pid) for gid, h in pairs}
+            return {gid: _record(ctx, w, gid, h, device) for gid, h in pairs}
 
         recs = _finish(pkg, tags, w, remote_drops, local_drops, srcs, new_records, ctx)
         srcs = [(gid, "handle", r) for gid, r in recs.items()]

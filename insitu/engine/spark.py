@@ -46,9 +46,22 @@ per engine, on every node); :meth:`SparkEngine.stop` shuts down the daemons foun
 on the driver's node. A daemon's owner is the parent of the Python worker that started
 or found it (Spark's long-lived ``pyspark.daemon``, or the executor): once the executor
 is gone (a driver killed by SIGKILL takes a local-mode executor with it) and no task
-talks to it, the daemon exits after ``daemon_idle_timeout``, on every node. Shuffles hand data
-over between daemons of one node only; blocks on different nodes cannot exchange
-halos yet.
+talks to it, the daemon exits after ``daemon_idle_timeout``, on every node.
+
+Several hosts
+-------------
+``SparkEngine(..., network=True)``: each record also names its *node*
+(:func:`insitu.pool.node.node_id`: hostname and daemon directory, or ``$INSITU_NODE_ID``)
+and the TCP endpoint of its daemon's block server (:mod:`insitu.transports.tcp`; the
+executors' daemons start one, at ``$INSITU_NODE_HOST``). Hand-offs are chosen per pair:
+same daemon, by handle; same node, shared memory or CUDA IPC; another node, TCP, the
+receiving daemon pulling the bytes straight into its own buffer. Partitions made from
+records prefer the host that holds their blocks (:func:`located_rdd`); a task Spark runs
+elsewhere fetches its blocks over TCP instead of failing. :meth:`SparkEngine.halo_iterate`
+swaps its records through the driver (:class:`~insitu.transports.tcp.RecordExchange`)
+instead of the node's daemon directory. Host blocks only: device blocks across hosts
+(NCCL's network path) are not built. Without ``network=True`` shuffles hand data over
+between daemons of one node only.
 
 Shuffles
 --------
@@ -64,7 +77,8 @@ order (pending: reduce it with ``exec_gpu`` before ``cache_gpu``).
 
 :meth:`SparkEngine.halo_iterate` runs many (halo exchange, kernel) iterations in one job:
 a barrier stage whose tasks drive their daemons round by round and swap the slabs'
-records through files of the daemon directory (node-local, like the hand-offs).
+records through files of the daemon directory (node-local, like the hand-offs), or through
+the driver with ``network=True``.
 
 Faults
 ------
@@ -163,6 +177,12 @@ class SparkEngine:
     gpu_workers : bool
         False: the daemon of a GPU Spark scheduled to a task is a CPU worker (one per
         GPU address; for clusters with a fake discovery script on machines without GPUs).
+    network : bool
+        Executors on several hosts: daemons serve their blocks over TCP
+        (:mod:`insitu.transports.tcp`; ``INSITU_DAEMON_TCP=1`` for the executors), records
+        name their node (:mod:`insitu.pool.node`) and that node's address, partitions of
+        cached blocks prefer that host, a task elsewhere fetches its blocks over TCP, and
+        :meth:`halo_iterate` swaps records through the driver. Host (CPU) blocks only.
     sc : SparkContext, optional
         Use this running context (`master`, `app_name` and `conf` are then ignored); it is
         not stopped by :meth:`stop`. A process has one SparkContext at a time.
@@ -174,7 +194,7 @@ class SparkEngine:
                  daemon_dir: str | None = None, timeout: float = 60.0, gpus: int | None = None,
                  cpu_daemons: int = 1, budget_bytes: int | None = None, host_budget_bytes: int | None = None,
                  spill_dir: str | None = None, daemon_idle_timeout: float | None = None, gpu_workers: bool = True,
-                 sc=None) -> None:
+                 network: bool = False, sc=None) -> None:
         if not timeout > 0:
             raise ValueError(f"SparkEngine: timeout must be > 0 seconds, got {timeout!r}")
         if not (isinstance(cpu_daemons, int) and cpu_daemons >= 1):
@@ -200,12 +220,18 @@ class SparkEngine:
         options = tuple((k, v) for k, v in (("budget_bytes", budget_bytes), ("host_budget_bytes", host_budget_bytes),
                                             ("spill_dir", spill_dir), ("idle_timeout", daemon_idle_timeout))
                         if v is not None)
+        self._env_tcp = os.environ.get("INSITU_DAEMON_TCP")
+        if network:  # the daemons of tasks on this node too (local mode: the python workers inherit it)
+            os.environ["INSITU_DAEMON_TCP"] = "1"
         self._ctx = _Ctx(os.path.abspath(self.daemon_dir), _count_gpus() if gpus is None else int(gpus),
-                         cpu_daemons, float(timeout), options, bool(gpu_workers))
+                         cpu_daemons, float(timeout), options, bool(gpu_workers), bool(network))
+        self._exchange = None
         settings = {"spark.ui.enabled": "false", "spark.locality.wait": "0s", "spark.python.worker.reuse": "true",
                     "spark.python.unix.domain.socket.enabled": "true",  # JVM <-> python workers: ~40 ms less per job
                     "spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"], "spark.ui.showConsoleProgress": "false",
                     "spark.executorEnv.INSITU_DAEMON_CODE_HASH": os.environ["INSITU_DAEMON_CODE_HASH"]}
+        if network:
+            settings["spark.executorEnv.INSITU_DAEMON_TCP"] = "1"
         settings.update(conf or {})
         self._own_sc = sc is None
         if sc is None:
@@ -388,10 +414,11 @@ class SparkEngine:
 
         Each job is a barrier stage (its tasks run together, one per partition); per
         iteration, each task cuts its blocks' slabs on its daemon, the tasks swap the
-        slabs' records through files of the node's daemon directory (Spark's own
-        ``allGather`` waits in one-second steps), and each task appends the slabs addressed to
-        its blocks (taken from the same daemon by handle, or mapped from another daemon
-        of the node through shared memory or CUDA IPC) and runs `kernel`. Halo data moves
+        slabs' records through files of the node's daemon directory (with ``network=True``,
+        through the driver; Spark's own ``allGather`` waits in one-second steps), and each
+        task appends the slabs addressed to its blocks (taken from the same daemon by
+        handle, mapped from another daemon of the node through shared memory or CUDA IPC,
+        or taken over TCP from a daemon of another node) and runs `kernel`. Halo data moves
         between the daemons only; Spark carries records. The per-job cost of Spark is
         paid once per `per_job` iterations instead of twice per iteration
         (``gpu_shuffle(..., "halo")`` then ``exec_gpu``).
@@ -437,9 +464,12 @@ class SparkEngine:
 
         def job(b: "SparkBlocks", j: int) -> "SparkBlocks":
             k = min(per_job, iterations - j * per_job)
-            # Records are swapped through files of the node's daemon directory: the tasks of
-            # a job run on the driver's node (local and local-cluster masters).
-            exchange = os.path.join(self.daemon_dir, "rounds", uuid.uuid4().hex[:12])
+            # Records are swapped through files of the node's daemon directory where the tasks
+            # of a job run on the driver's node (local and local-cluster masters), else
+            # through the driver (tasks on several nodes).
+            exchange: str | tuple = os.path.join(self.daemon_dir, "rounds", uuid.uuid4().hex[:12])
+            if self._ctx.network:
+                exchange = (self._record_exchange().endpoint, uuid.uuid4().int >> 64)
             rdd = b.rdd.barrier().mapPartitionsWithIndex(functools.partial(
                 _rounds_task, ctx=self._ctx, domain=domain, component=component, kernel=kernel,
                 function_name=function_name, args=tuple(args), launch=dict(launch), rounds=k,
@@ -447,7 +477,8 @@ class SparkEngine:
             try:
                 records = rdd.collect()
             finally:
-                shutil.rmtree(exchange, ignore_errors=True)
+                if isinstance(exchange, str):
+                    shutil.rmtree(exchange, ignore_errors=True)
             new = self._from_records(records, b)
             if b is not first or drop_sources:
                 b.drop_gpu()
@@ -457,13 +488,25 @@ class SparkEngine:
         return self.iterate(blocks, job, jobs, checkpoint_every=None if checkpoint_every is None
                             else checkpoint_every // per_job, checkpoint_dir=checkpoint_dir, on_iteration=on_job)
 
+    def _record_exchange(self):
+        """The driver's all-gather of records for tasks on several nodes (started once)."""
+        if self._exchange is None:
+            from insitu.transports.tcp import RecordExchange
+
+            host = self.sc.getConf().get("spark.driver.host", None) or "127.0.0.1"
+            self._exchange = RecordExchange("0.0.0.0", advertise=host)
+        return self._exchange
+
     def _from_records(self, records: list, like: "SparkBlocks") -> "SparkBlocks":
-        """Cached blocks of `records` (as tasks return them), partitioned as `like`."""
+        """Cached blocks of `records` (as tasks return them), partitioned as `like`; each
+        partition prefers the host holding its blocks where records name one."""
         part = like.partitioner
         parts = [[] for _ in range(like.npartitions)]
         for src in records:
             parts[part(src[0])].append(src)
-        rdd = self.sc.parallelize(parts, like.npartitions).flatMap(_identity)
+        hosts = [sorted({s[2].host for s in p if s[1] == "handle" and s[2].host}) for p in parts]
+        rdd = (located_rdd(self.sc, parts, hosts) if any(hosts) else
+               self.sc.parallelize(parts, like.npartitions)).flatMap(_identity)
         return SparkBlocks(self, rdd, like.placement, like.npartitions, cached=True)
 
     def restore(self, directory: str, keys: Sequence[Hashable], *, placement: Mapping | None = None,
@@ -509,7 +552,16 @@ class SparkEngine:
         return sorted(glob.glob(os.path.join(self.daemon_dir, "**", "*.sock"), recursive=True))
 
     def stop(self) -> None:
-        """Stop the SparkContext and this node's daemons in the engine's directory."""
+        """Stop the SparkContext and this node's daemons in the engine's directory (those of
+        other nodes exit after their idle timeout once their executors are gone)."""
+        if self._exchange is not None:
+            self._exchange.close()
+            self._exchange = None
+        if self._ctx.network:  # as it was before this engine
+            if self._env_tcp is None:
+                os.environ.pop("INSITU_DAEMON_TCP", None)
+            else:
+                os.environ["INSITU_DAEMON_TCP"] = self._env_tcp
         try:
             if self.sc is not None and self._own_sc:
                 self.sc.stop()
@@ -530,6 +582,28 @@ class SparkEngine:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def located_rdd(sc, parts: Sequence[list], hosts: Sequence[Sequence[str]]):
+    """An RDD of one element per partition, ``parts[p]``, whose partition p prefers
+    `hosts[p]` (Spark's ``makeRDD`` with locations, which PySpark does not wrap)."""
+    import pickle
+
+    from pyspark import RDD
+    from pyspark.serializers import CPickleSerializer
+
+    jvm = sc._jvm
+    items = jvm.java.util.ArrayList()
+    for p, hs in zip(parts, hosts):
+        locs = jvm.java.util.ArrayList()
+        for h in hs:
+            locs.add(h)
+        # One element per partition: its pickled list (read back by the serializer below).
+        items.add(jvm.scala.Tuple2(bytearray(pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL)),
+                                   jvm.org.apache.spark.api.python.PythonUtils.toSeq(locs)))
+    tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
+    jrdd = sc._jsc.sc().makeRDD(jvm.org.apache.spark.api.python.PythonUtils.toSeq(items), tag)
+    return RDD(jrdd.toJavaRDD(), sc, CPickleSerializer())
 
 
 def _token() -> str:

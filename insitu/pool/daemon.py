@@ -75,7 +75,7 @@ from insitu import log as insitu_log
 from insitu.errors import InsituError
 
 from . import cache as _cache
-from . import handoff
+from . import handoff, node
 from ._proc import pid_alive, start_time
 from .cache import BlockCache
 from .client import (DEFAULT_TIMEOUT, DaemonOwnerError, DaemonStats, DaemonWorker, MessageTooLargeError,
@@ -186,7 +186,8 @@ def fingerprint(device: int | None = None, *, budget_bytes: int | None = None, h
         ``insitu`` (version), ``code`` (hash of the sources, see the module docstring),
         ``checkout``, ``python`` (version and ``sys.prefix``), ``worker`` (``"cpu"`` or
         ``"gpu"``) and the options, `spill_dir` made absolute and `max_message_bytes`
-        resolved (:func:`insitu.pool.handoff.max_message_bytes`).
+        resolved (:func:`insitu.pool.handoff.max_message_bytes`); ``network``: whether it
+        serves its blocks to other nodes over TCP (:func:`insitu.pool.node.network_enabled`).
     """
     root, code = _code()
     return {"insitu": insitu.__version__, "code": code, "checkout": root,
@@ -194,7 +195,8 @@ def fingerprint(device: int | None = None, *, budget_bytes: int | None = None, h
             "worker": "cpu" if device is None else "gpu", "budget_bytes": budget_bytes,
             "host_budget_bytes": host_budget_bytes,
             "spill_dir": os.path.abspath(spill_dir) if spill_dir is not None else None,
-            "max_message_bytes": handoff.max_message_bytes() if max_message_bytes is None else int(max_message_bytes)}
+            "max_message_bytes": handoff.max_message_bytes() if max_message_bytes is None else int(max_message_bytes),
+            "network": node.network_enabled()}
 
 
 # --------------------------------------------------------------------------- the daemon
@@ -450,6 +452,11 @@ def main(argv: list[str] | None = None) -> int:
                      spill_dir=args.spill_dir, max_message_bytes=args.max_message_bytes)
     server = _Server(check_socket_path(args.socket), worker, fingerprint=fp, owners=args.owner, idle_timeout=idle,
                      max_message_bytes=fp["max_message_bytes"])
+    if fp["network"]:  # other nodes fetch its blocks (insitu.transports.tcp); the cache is thread-safe
+        from insitu.transports import tcp
+
+        ep = tcp.start_server(worker.cache, node.node_host())
+        _log.info("serving blocks to other nodes over tcp at %s", ep.peer)
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     _log.info("insitu worker daemon pid %d device %s listening on %s; owners %s, idle_timeout %g s", os.getpid(),
               args.device, server.path, server.owners(), idle)
