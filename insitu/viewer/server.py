@@ -253,11 +253,10 @@ class Viewer:
                 if k == "position" and not 0 <= v < n:
                     raise ValueError(f"replay: position: expected 0 .. {n - 1}, got {v}")
                 self._seek, self._playing = min(max(target, 0), n - 1), False
+            status = {"position": self._pos if self._seek is None else self._seek, "count": len(self._store),
+                      "playing": self._playing, "complete": self._complete, "rate": self.rate}
             self._replay.notify_all()
-        status = self.replay_status()
-        if status is not None and self._seek is not None:
-            status["position"] = self._seek
-        return status or {}
+        return status
 
     def png(self) -> tuple[int, int, float, bytes] | None:
         """``(seq, step, time, png bytes)`` of the newest frame, encoded once per frame."""
