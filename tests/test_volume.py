@@ -115,10 +115,18 @@ def _sample_set(t_in, t_out, step):
     return t, np.diff(edges)
 
 
-def test_trilinear_sampling_of_a_linear_field_is_exact():
+def stretched_axes(shape):
+    """Unevenly spaced axes over the box of a uniform grid of `shape` (the same end points)."""
+    return [ORIGIN[a] + SPACING[a] * (n - 1) * (np.arange(n) / (n - 1)) ** 1.6 for a, n in enumerate(shape)]
+
+
+@pytest.mark.parametrize("grid", ["uniform", "rectilinear"])
+def test_trilinear_sampling_of_a_linear_field_is_exact(grid):
     shape = (20, 18, 16)
     grad, v0 = np.array([0.011, -0.007, 0.013]), 0.4
-    pos = np.meshgrid(*[ORIGIN[a] + SPACING[a] * np.arange(shape[a]) for a in range(3)], indexing="ij")
+    axes = ([ORIGIN[a] + SPACING[a] * np.arange(shape[a]) for a in range(3)] if grid == "uniform"
+            else stretched_axes(shape))
+    pos = np.meshgrid(*axes, indexing="ij")
     vol = v0 + sum(grad[a] * pos[a] for a in range(3))
     lo, hi = vol.min(), vol.max()
     sigma = 0.08  # extinction per unit length
@@ -129,7 +137,8 @@ def test_trilinear_sampling_of_a_linear_field_is_exact():
     cam = Camera.fit(box, azimuth=40, elevation=-35)
     w, h = 24, 20
     step = 0.3
-    rgba, _ = ray_cast(vol, cam, w, h, tf, spacing=SPACING, origin=ORIGIN, step=step, early_termination=1.0)
+    grid_args = dict(spacing=SPACING, origin=ORIGIN) if grid == "uniform" else dict(coords=axes)
+    rgba, _ = ray_cast(vol, cam, w, h, tf, step=step, early_termination=1.0, **grid_args)
     t_in, t_out, d = chords(cam, w, h, box)
     eye = np.asarray(cam.position)
     checked = 0
@@ -352,6 +361,13 @@ def test_bad_input_is_named():
                      (dict(background=(0, 0, 2, 1)), "background"), (dict(early_termination=0), "early_termination")):
         with pytest.raises(ValueError, match=f"^{name}: "):
             ray_cast(vol, cam, 8, 8, tf, **kw)
+    ax = np.arange(4.0)
+    for coords, msg in (((ax, ax), r"coords: expected three 1-D axes"),
+                        ((ax, ax, np.arange(5.0)), r"coords\[2\]: expected 4 real numbers"),
+                        ((ax, ax[::-1], ax), r"coords\[1\]: expected finite, strictly increasing"),
+                        ((ax, ax, np.array([0, 1, np.nan, 3])), r"coords\[2\]: expected finite")):
+        with pytest.raises(ValueError, match=msg):
+            ray_cast(vol, cam, 8, 8, tf, coords=coords)
     with pytest.raises(ValueError, match="points: values must not decrease"):
         TransferFunction([(1.0, (1, 1, 1, 1)), (0.0, (1, 1, 1, 1))])
     with pytest.raises(ValueError, match=r"points\[0\] colour"):

@@ -1,4 +1,5 @@
-"""Volume ray casting of uniform grids, whole or in blocks for sort-last compositing.
+"""Volume ray casting of uniform and rectilinear grids, whole or in blocks (uniform) for
+sort-last compositing.
 
 World coordinates are the data's (axis 0, 1, 2), as for :class:`render.camera.Camera`:
 sample ``vol[i, j, k]`` sits at ``origin + (i, j, k) * spacing`` and is interpolated
@@ -29,6 +30,7 @@ from .._fields import check_volume
 from ..camera import Camera
 from . import _cpu, _gpu
 from ._params import pack
+from ..colormap import device_copy
 from .transfer import TransferFunction, segment_alpha
 
 #: Default opacity at which rays stop: the colour then changes by at most 1/255 (8-bit exact).
@@ -102,29 +104,70 @@ def _check_common(camera, width, height, tf, step, background, early_termination
 # --------------------------------------------------------------------------- render
 
 
-def _params(vol_shape, camera, width, height, tf, spacing, origin, step, ext, bounds, bg, et, near, far) -> dict:
-    """The kernels' parameters (see _params.DOUBLES) for one render."""
+def _params(vol_shape, camera, width, height, tf, spacing, origin, step, ext, bounds, bg, et, near, far,
+            coords=None) -> dict:
+    """The kernels' parameters (see _params.DOUBLES) for one render; `coords`: a
+    rectilinear grid's three host axes (then `spacing` and `origin` are not used)."""
     right, up, fwd = camera.basis()
     tan = math.tan(math.radians(camera.fov) / 2)
     n = np.asarray(vol_shape)
-    data_lo, data_hi = origin, origin + (n - 1) * spacing
+    if coords is None:
+        data_lo, data_hi = origin, origin + (n - 1) * spacing
+        finest = float(spacing.min())
+    else:
+        data_lo, data_hi = np.array([c[0] for c in coords]), np.array([c[-1] for c in coords])
+        finest = float(min(np.diff(c).min() for c in coords))
     ext_lo, ext_hi = np.maximum(ext[0], data_lo), np.minimum(ext[1], data_hi)
     bnd_lo, bnd_hi = bounds if bounds is not None else (ext_lo, ext_hi)
     # Cells the samples inside ext_lo..ext_hi need. The tolerance keeps a face that lies
     # on a sample (up to rounding) from pulling in the cell beyond it, whose far samples
     # may be unfilled ghosts.
-    ulo, uhi = (ext_lo - origin) / spacing, (ext_hi - origin) / spacing
+    if coords is None:
+        ulo, uhi = (ext_lo - origin) / spacing, (ext_hi - origin) / spacing
+    else:
+        idx = [np.arange(len(c), dtype=np.float64) for c in coords]
+        ulo = np.array([np.interp(x, c, i) for x, c, i in zip(ext_lo, coords, idx)])
+        uhi = np.array([np.interp(x, c, i) for x, c, i in zip(ext_hi, coords, idx)])
     clo = np.clip(np.floor(ulo + 1e-6), 0, n - 2).astype(np.int64)
     chi = np.maximum(np.clip(np.ceil(uhi - 1e-6) - 1, 0, n - 2), clo).astype(np.int64)
-    unit = tf.unit_length if tf.unit_length is not None else float(spacing.min())
+    unit = tf.unit_length if tf.unit_length is not None else finest
     return dict(eye=camera.position, right=right, up=up, fwd=fwd, tanx=tan * width / height, tany=tan,
-                near=near, far=far, org=origin, inv_sp=1.0 / spacing, ext_lo=ext_lo, ext_hi=ext_hi,
-                bnd_lo=bnd_lo, bnd_hi=bnd_hi, step=step if step is not None else 0.5 * float(spacing.min()),
+                near=near, far=far, org=origin if coords is None else 0.0,
+                inv_sp=1.0 / spacing if coords is None else 1.0, ext_lo=ext_lo, ext_hi=ext_hi,
+                bnd_lo=bnd_lo, bnd_hi=bnd_hi, step=step if step is not None else 0.5 * finest,
                 inv_unit=1.0 / unit, vmin=tf.vmin, lut_scale=tf.lut_scale,
-                bg=(*(bg[:3] * bg[3]), bg[3]), et=et, clo=clo, chi=chi, nlut=tf.table.shape[0])
+                bg=(*(bg[:3] * bg[3]), bg[3]), et=et, clo=clo, chi=chi, nlut=tf.table.shape[0],
+                rect=int(coords is not None), aoff=np.cumsum([0, n[0], n[1]]))
 
 
-def _render(vol, tf: TransferFunction, params: dict, width: int, height: int):
+def _coords(coords, shape, like) -> tuple[list[np.ndarray], object]:
+    """A rectilinear grid's axes checked against the volume's `shape`: host float64 copies
+    (for the parameters) and their concatenation where the kernel runs. Host axes reach a
+    device once per contents (:func:`render.colormap.device_copy`, one counted upload);
+    device axes are read back (counted) for the parameters."""
+    if not isinstance(coords, (tuple, list)) or len(coords) != 3:
+        raise ValueError(f"coords: expected three 1-D axes (x, y, z), got {type(coords).__name__}")
+    host, on_device = [], []
+    for a, (c, n) in enumerate(zip(coords, shape)):
+        c = arrays.asarray(c, name=f"coords[{a}]")
+        if c.ndim != 1 or c.shape[0] != n or c.dtype.kind not in "fiu":
+            raise ValueError(f"coords[{a}]: expected {n} real numbers (the volume's axis {a}), got "
+                             f"{c.dtype} of shape {tuple(c.shape)}")
+        h = np.asarray(arrays.to_host(c) if arrays.is_device_array(c) else c, np.float64)
+        if not np.isfinite(h).all() or (np.diff(h) <= 0).any():
+            raise ValueError(f"coords[{a}]: expected finite, strictly increasing coordinates")
+        host.append(h)
+        on_device.append(arrays.is_device_array(c))
+    dev = arrays.device_id(like)
+    if dev is None:
+        return host, np.concatenate(host)
+    if all(on_device):
+        xp = arrays.get_array_module(like)
+        return host, xp.concatenate([arrays.asarray(c).astype(np.float64, copy=False) for c in coords])
+    return host, device_copy(np.concatenate(host), dev)
+
+
+def _render(vol, tf: TransferFunction, params: dict, width: int, height: int, ax=None):
     """Run the kernel of vol's backend; (rgba, depth) on that backend."""
     dev = arrays.device_id(vol)
     if dev is not None:
@@ -132,19 +175,22 @@ def _render(vol, tf: TransferFunction, params: dict, width: int, height: int):
         with cp.cuda.Device(dev):
             rgba = cp.empty((height, width, 4), cp.float32)
             depth = cp.empty((height, width), cp.float32)
-            _gpu.render(vol, tf.device_table(dev), params, rgba, depth)
+            _gpu.render(vol, tf.device_table(dev), params, ax, rgba, depth)
         return rgba, depth
     rgba = np.empty((height, width, 4), np.float32)
     depth = np.empty((height, width), np.float32)
-    _cpu.render(vol, tf.table, *pack(params), rgba, depth)
+    _cpu.render(vol, tf.table, *pack(params), ax if ax is not None else _NO_AXES, rgba, depth)
     return rgba, depth
+
+
+_NO_AXES = np.zeros(1, np.float64)  # the CPU kernel's axes argument for a uniform grid
 
 
 def ray_cast(volume, camera: Camera, width: int, height: int, tf: TransferFunction, *,
              spacing: Sequence[float] = (1.0, 1.0, 1.0), origin: Sequence[float] = (0.0, 0.0, 0.0),
              step: float | None = None, extent: Sequence[float] | None = None,
              bounds: Sequence[float] | None = None, background: Sequence[float] = (0.0, 0.0, 0.0, 0.0),
-             early_termination: float = EARLY_TERMINATION):
+             early_termination: float = EARLY_TERMINATION, coords: Sequence | None = None):
     """Render `volume` by ray casting: front-to-back emission-absorption.
 
     Parameters
@@ -161,6 +207,14 @@ def ray_cast(volume, camera: Camera, width: int, height: int, tf: TransferFuncti
         Sample ``vol[i, j, k]`` is at ``origin + (i, j, k) * spacing``.
     step : float, optional
         Distance between samples along a ray; default half the smallest spacing.
+    coords : (x, y, z) 1-D arrays, optional
+        A rectilinear grid: sample ``vol[i, j, k]`` is at ``(x[i], y[j], z[k])``
+        (strictly increasing axes, one value per sample, on the volume's backend);
+        `spacing` and `origin` are then not used, and `step` defaults to half the
+        smallest gap. Each sample interpolates trilinearly within its cell, found
+        by a binary search along each axis. Host axes with a device volume are
+        uploaded once per contents; device axes are read to the host (counted) to
+        set up the render.
     extent : (6,) floats, optional
         The box this render owns (a block's interior, for sort-last compositing); only
         samples inside it count. Default the volume's own box.
@@ -185,13 +239,16 @@ def ray_cast(volume, camera: Camera, width: int, height: int, tf: TransferFuncti
     width, height, step, bg, et, near, far = _check_common(camera, width, height, tf, step, background,
                                                            early_termination)
     sp, org = _triple(spacing, "spacing", positive=True), _triple(origin, "origin")
-    if extent is None:
-        ext = (org, org + (np.asarray(vol.shape) - 1) * sp)
-    else:
+    host, ax = _coords(coords, vol.shape, vol) if coords is not None else (None, None)
+    if extent is not None:
         ext = _box(extent, "extent")
+    elif host is not None:
+        ext = (np.array([c[0] for c in host]), np.array([c[-1] for c in host]))
+    else:
+        ext = (org, org + (np.asarray(vol.shape) - 1) * sp)
     bnd = _box(bounds, "bounds") if bounds is not None else None
-    params = _params(vol.shape, camera, width, height, tf, sp, org, step, ext, bnd, bg, et, near, far)
-    return _render(vol, tf, params, width, height)
+    params = _params(vol.shape, camera, width, height, tf, sp, org, step, ext, bnd, bg, et, near, far, host)
+    return _render(vol, tf, params, width, height, ax)
 
 
 def ray_cast_blocks(domain, blocks: Mapping[int, object], camera: Camera, width: int, height: int,

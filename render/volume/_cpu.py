@@ -30,7 +30,7 @@ _TANX, _TANY, _NEAR, _FAR = OFF["tanx"], OFF["tany"], OFF["near"], OFF["far"]
 _ORG, _INVSP, _EXTLO, _EXTHI = OFF["org"], OFF["inv_sp"], OFF["ext_lo"], OFF["ext_hi"]
 _BNDLO, _BNDHI, _STEP, _INVUNIT = OFF["bnd_lo"], OFF["bnd_hi"], OFF["step"], OFF["inv_unit"]
 _VMIN, _LUTSCALE, _BG, _ET = OFF["vmin"], OFF["lut_scale"], OFF["bg"], OFF["et"]
-_CLO, _CHI, _NLUT = IOFF["clo"], IOFF["chi"], IOFF["nlut"]
+_CLO, _CHI, _NLUT, _RECT, _AOFF = IOFF["clo"], IOFF["chi"], IOFF["nlut"], IOFF["rect"], IOFF["aoff"]
 
 
 @numba.njit(inline="always")
@@ -62,11 +62,36 @@ def slab(e, d, lo, hi, tn, tf):
     return max(tn, b), min(tf, a)
 
 
+@numba.njit(inline="always")
+def cell(u, lo, hi):
+    """Cell index and fraction of index coordinate `u`, clamped to the cells lo..hi."""
+    u = min(max(u, lo), hi + 1.0)
+    i = min(int(u), hi)
+    return i, u - i
+
+
+@numba.njit(inline="always")
+def rect_cell(ax, base, x, lo, hi):
+    """Cell index and fraction of coordinate `x` on the axis ``ax[base:]`` (increasing),
+    clamped to the cells lo..hi: a binary search, the same steps as the CUDA kernel's."""
+    x = min(max(x, ax[base + lo]), ax[base + hi + 1])
+    a, b = lo, hi
+    while a < b:
+        m = (a + b + 1) >> 1
+        if ax[base + m] <= x:
+            a = m
+        else:
+            b = m - 1
+    x0 = ax[base + a]
+    return a, min((x - x0) / (ax[base + a + 1] - x0), 1.0)
+
+
 @numba.njit(parallel=True, cache=True)
-def render(vol, lut, fp, ip, rgba, depth):
+def render(vol, lut, fp, ip, ax, rgba, depth):
     """Ray cast `vol` into `rgba` (premultiplied, (H, W, 4)) and `depth` ((H, W)).
 
-    `lut`: (N, 4) RGBA, opacity per unit length; `fp`, `ip`: the parameters (_params).
+    `lut`: (N, 4) RGBA, opacity per unit length; `fp`, `ip`: the parameters (_params);
+    `ax`: a rectilinear grid's coordinates, axis after axis (unused for uniform grids).
     """
     height, width = depth.shape
     step = fp[_STEP]
@@ -105,18 +130,18 @@ def render(vol, lut, fp, ip, rgba, depth):
                 u01 = (fp[_EYE + 1] - fp[_ORG + 1]) * fp[_INVSP + 1]
                 u02 = (fp[_EYE + 2] - fp[_ORG + 2]) * fp[_INVSP + 2]
                 du0, du1, du2 = d0 * fp[_INVSP], d1 * fp[_INVSP + 1], d2 * fp[_INVSP + 2]
+                rect = ip[_RECT] != 0
                 for k in range(k_beg, k_end):
                     t = t_mid if single else k * step
                     # Clamp to the cells this render may read: only rounding moves a sample out.
-                    u = min(max(u00 + t * du0, ip[_CLO]), ip[_CHI] + 1.0)
-                    i = min(int(u), ip[_CHI])
-                    fi = u - i
-                    u = min(max(u01 + t * du1, ip[_CLO + 1]), ip[_CHI + 1] + 1.0)
-                    j = min(int(u), ip[_CHI + 1])
-                    fj = u - j
-                    u = min(max(u02 + t * du2, ip[_CLO + 2]), ip[_CHI + 2] + 1.0)
-                    m = min(int(u), ip[_CHI + 2])
-                    fm = u - m
+                    if rect:
+                        i, fi = rect_cell(ax, ip[_AOFF], fp[_EYE] + t * d0, ip[_CLO], ip[_CHI])
+                        j, fj = rect_cell(ax, ip[_AOFF + 1], fp[_EYE + 1] + t * d1, ip[_CLO + 1], ip[_CHI + 1])
+                        m, fm = rect_cell(ax, ip[_AOFF + 2], fp[_EYE + 2] + t * d2, ip[_CLO + 2], ip[_CHI + 2])
+                    else:
+                        i, fi = cell(u00 + t * du0, ip[_CLO], ip[_CHI])
+                        j, fj = cell(u01 + t * du1, ip[_CLO + 1], ip[_CHI + 1])
+                        m, fm = cell(u02 + t * du2, ip[_CLO + 2], ip[_CHI + 2])
                     c00 = vol[i, j, m] + (vol[i, j, m + 1] - vol[i, j, m]) * fm
                     c01 = vol[i, j + 1, m] + (vol[i, j + 1, m + 1] - vol[i, j + 1, m]) * fm
                     c10 = vol[i + 1, j, m] + (vol[i + 1, j, m + 1] - vol[i + 1, j, m]) * fm

@@ -66,10 +66,25 @@ __device__ __forceinline__ int cell(double u, int lo, int hi, double& f) {
     return i;
 }
 
+// The same along a rectilinear grid's axis ax (increasing): a binary search, as the CPU's.
+__device__ __forceinline__ int rect_cell(const double* __restrict__ ax, double x, int lo, int hi, double& f) {
+    x = fmin(fmax(x, ax[lo]), ax[hi + 1]);
+    int a = lo, b = hi;
+    while (a < b) {
+        const int m = (a + b + 1) >> 1;
+        if (ax[m] <= x) a = m;
+        else b = m - 1;
+    }
+    const double x0 = ax[a];
+    f = fmin(SUB(x, x0) / SUB(ax[a + 1], x0), 1.0);
+    return a;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(256) vr_render(const T* __restrict__ vol, const long long s0,
         const long long s1, const long long s2, const float4* __restrict__ lut, const Params p,
-        float4* __restrict__ rgba, float* __restrict__ depth, const int width, const int height) {
+        const double* __restrict__ ax, float4* __restrict__ rgba, float* __restrict__ depth, const int width,
+        const int height) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y * blockDim.y + threadIdx.y;
     if (c >= width || r >= height) return;
     const double step = p.step;
@@ -108,9 +123,16 @@ __global__ void __launch_bounds__(256) vr_render(const T* __restrict__ vol, cons
         for (long long k = k_beg; k < k_end; ++k) {
             const double t = single ? t_mid : MUL((double)k, step);
             double f0, f1, f2;
-            const int i = cell(u0[0] + t * du[0], p.clo[0], p.chi[0], f0);
-            const int j = cell(u0[1] + t * du[1], p.clo[1], p.chi[1], f1);
-            const int m = cell(u0[2] + t * du[2], p.clo[2], p.chi[2], f2);
+            int i, j, m;
+            if (p.rect) {
+                i = rect_cell(ax + p.aoff[0], ADD(p.eye[0], MUL(t, d[0])), p.clo[0], p.chi[0], f0);
+                j = rect_cell(ax + p.aoff[1], ADD(p.eye[1], MUL(t, d[1])), p.clo[1], p.chi[1], f1);
+                m = rect_cell(ax + p.aoff[2], ADD(p.eye[2], MUL(t, d[2])), p.clo[2], p.chi[2], f2);
+            } else {
+                i = cell(u0[0] + t * du[0], p.clo[0], p.chi[0], f0);
+                j = cell(u0[1] + t * du[1], p.clo[1], p.chi[1], f1);
+                m = cell(u0[2] + t * du[2], p.clo[2], p.chi[2], f2);
+            }
             const T fi = (T)f0, fj = (T)f1, fm = (T)f2;
             const T* q = vol + i * s0 + j * s1 + m * s2;
             const T v000 = q[0], v001 = q[s2], v010 = q[s1], v011 = q[s1 + s2];
@@ -162,14 +184,16 @@ def _module():
     return cupy.RawModule(code=SRC, options=("-std=c++14",), name_expressions=list(_NAMES.values()))
 
 
-def render(vol, lut, params: dict, rgba, depth) -> None:
+def render(vol, lut, params: dict, ax, rgba, depth) -> None:
     """Ray cast `vol` (float32 or float64, any strides that are whole elements) into
     `rgba` ((H, W, 4) float32, C order) and `depth` ((H, W) float32); `lut` is the
-    device copy of the (N, 4) float32 table, `params` the _params values."""
+    device copy of the (N, 4) float32 table, `params` the _params values, `ax` a
+    rectilinear grid's float64 coordinates on the device (None for a uniform grid)."""
     item = vol.dtype.itemsize
     s0, s1, s2 = (np.int64(s // item) for s in vol.strides)
     h, w = depth.shape
     tile = (16, 16)
     grid = (-(-w // tile[0]), -(-h // tile[1]))
     kernel = _module().get_function(_NAMES[np.dtype(vol.dtype)])
-    kernel(grid, tile, (vol, s0, s1, s2, lut, record(params), rgba, depth, np.int32(w), np.int32(h)))
+    kernel(grid, tile, (vol, s0, s1, s2, lut, record(params), ax if ax is not None else lut, rgba, depth,
+                         np.int32(w), np.int32(h)))

@@ -28,6 +28,8 @@ DOUBLES: tuple[tuple[str, int], ...] = (
 INTS: tuple[tuple[str, int], ...] = (
     ("clo", 3), ("chi", 3),  # first and last cell (lower corner index) that may be read
     ("nlut", 1),
+    ("rect", 1),  # 1: a rectilinear grid, sample positions in the coordinate array (org, inv_sp unused)
+    ("aoff", 3),  # where each axis's coordinates start in that array
 )
 
 

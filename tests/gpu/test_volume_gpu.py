@@ -59,6 +59,24 @@ def test_gpu_image_equals_cpu_image(dtype):
         np.testing.assert_allclose(cp.asnumpy(et_gpu), et_cpu, atol=1 / 255 + 1e-4)
 
 
+def test_rectilinear_grid_gpu_equals_cpu_and_uploads_its_axes_once():
+    shape = (34, 30, 26)
+    vol = smooth_random(shape, 5).astype(np.float32)
+    axes = [ORIGIN[a] + SPACING[a] * (n - 1) * (np.arange(n) / (n - 1)) ** 1.6 for a, n in enumerate(shape)]
+    tf = TransferFunction.from_colormap("inferno", 0, 1, opacity=[(0.2, 0.0), (1.0, 0.5)])
+    cam = Camera.fit(box_of(shape), azimuth=35, elevation=25)
+    cpu, cpu_depth = ray_cast(vol, cam, 80, 64, tf, coords=axes, early_termination=1.0)
+    dvol = cp.asarray(vol)
+    ray_cast(dvol, cam, 80, 64, tf, coords=axes, early_termination=1.0)  # the table and the axes go up once
+    with insitu.no_host_transfers():
+        gpu, gpu_depth = ray_cast(dvol, cam, 80, 64, tf, coords=axes, early_termination=1.0)
+    assert float(cpu[..., 3].max()) > 0.3
+    np.testing.assert_allclose(cp.asnumpy(gpu), cpu, atol=1e-4)
+    close_depths(gpu_depth, cpu_depth)
+    on_device, _ = ray_cast(dvol, cam, 80, 64, tf, coords=[cp.asarray(a) for a in axes], early_termination=1.0)
+    np.testing.assert_allclose(cp.asnumpy(on_device), cpu, atol=1e-4)
+
+
 def test_gpu_strided_volume_reads_in_place():
     vol = smooth_random((30, 26, 22), 4)
     tf = TransferFunction.from_colormap("viridis", 0, 1, opacity=[(0.3, 0.0), (1.0, 0.3)])
