@@ -70,7 +70,7 @@ def _domain(d: CellDomain, res) -> CellDomain:
     ghosts = cf.pop("\0ghosts", None)
     fields = {k: Field("vertex", v) for k, v in res.point_fields.items()}
     fields.update({k: Field("element", v) for k, v in cf.items()})
-    return dataclasses.replace(d, mesh=res.mesh, fields=fields, ghosts=ghosts)
+    return dataclasses.replace(d, mesh=res.mesh, fields=fields, ghosts=ghosts, axes=None)
 
 
 def threshold(d: MeshDomain | CellDomain, field: str, lo: float, hi: float) -> CellDomain:

@@ -30,9 +30,9 @@ from insitu import arrays
 from insitu.profile import StageTimer
 from insitu.ranges import TileRanges
 
-__all__ = ["BlockSpec", "CellSurfacePlot", "CellVolumePlot", "DomainImage", "DomainSpec", "Renderers", "SurfacePlot",
-           "View", "VolumePlot", "block_layout", "describe_domain", "draw_block", "draw_domain", "flatten",
-           "front_to_back", "merge_domains", "pack_block", "thread_renderers", "unpack_block"]
+__all__ = ["BlockSpec", "CellSurfacePlot", "CellVolumePlot", "DomainImage", "DomainSpec", "MeshPlot", "Renderers",
+           "SurfacePlot", "View", "VolumePlot", "block_layout", "describe_domain", "draw_block", "draw_domain",
+           "flatten", "front_to_back", "merge_domains", "pack_block", "thread_renderers", "unpack_block"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +83,8 @@ class CellVolumePlot:
     """A volume plot of a mesh of cells: field `field` (per point, or per cell with
     `association` "element") resampled onto a uniform grid over the mesh's box (NaN, so
     transparent, outside its cells; ghost cells at index `hidden` not sampled) and ray cast
-    like :class:`VolumePlot`."""
+    like :class:`VolumePlot`; or, for a rectilinear grid's point field (its axes at
+    indices `axes`), ray cast on the grid itself."""
 
     mesh: tuple[int, int, int, int]
     field: int
@@ -93,6 +94,7 @@ class CellVolumePlot:
     colormap: str
     opacity: tuple[tuple[float, float], ...] | None = None
     hidden: int | None = None
+    axes: tuple[int, int, int] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +107,21 @@ class VolumePlot:
     hi: float
     colormap: str
     opacity: tuple[tuple[float, float], ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshPlot:
+    """A mesh plot (Ascent's ``type: mesh``): the edges of the outer surface's cells, one pixel
+    wide in `color`. A grid's are its box's grid lines (built on the host from the shape
+    alone; on a device, uploaded once: render.colormap.device_copy caches by contents); a
+    mesh of cells at indices `mesh` (points, connectivity, offsets, types) has them found
+    where its arrays are (render.cells.edges), ghost cells at index `hidden` left out. `like`
+    is the index of an array of the domain, whose device the lines are drawn on (None: host)."""
+
+    color: tuple[float, float, float]
+    mesh: tuple[int, int, int, int] | None = None
+    hidden: int | None = None
+    like: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,7 +191,7 @@ class DomainImage:
         kind (a surface only where some pixel has a finite depth)."""
         kinds = {type(p) for p in spec.plots}
         surface = volume = None
-        if kinds & {SurfacePlot, CellSurfacePlot}:
+        if kinds & {SurfacePlot, CellSurfacePlot, MeshPlot}:
             depth = packed[..., 4]
             xp = arrays.get_array_module(depth)
             if bool(xp.isfinite(depth).any()):
@@ -278,18 +295,24 @@ def draw_domain(fields: Sequence[Any], spec: DomainSpec, view: View, *, renderer
     w, h = view.width, view.height
     surface = volume = None
     for plot in spec.plots:
-        if isinstance(plot, (SurfacePlot, CellSurfacePlot)):
-            with prof.stage("contour"):
-                meshes = (_grid_meshes if isinstance(plot, SurfacePlot) else _cell_meshes)(fields, spec, plot)
-            for verts, faces, normals, vals in meshes:
-                if len(faces) == 0:
-                    continue
+        if isinstance(plot, (SurfacePlot, CellSurfacePlot, MeshPlot)):
+            if isinstance(plot, MeshPlot):
                 with prof.stage("render"):
-                    rgba, depth = renderers.surface(w, h).render(verts, faces, normals, vals, camera=view.camera,
-                                                                 bounds=view.bounds, vmin=plot.lo,
-                                                                 vmax=max(plot.hi, plot.lo + 1e-12),
-                                                                 colormap=plot.colormap)
-                    rgba, depth = rgba.copy(), depth.copy()  # the renderer reuses its frame buffers
+                    drawn = [_mesh_lines(fields, spec, plot, view)]
+            else:
+                with prof.stage("contour"):
+                    meshes = (_grid_meshes if isinstance(plot, SurfacePlot) else _cell_meshes)(fields, spec, plot)
+                drawn = []
+                for verts, faces, normals, vals in meshes:
+                    if len(faces) == 0:
+                        continue
+                    with prof.stage("render"):
+                        rgba, depth = renderers.surface(w, h).render(verts, faces, normals, vals, camera=view.camera,
+                                                                     bounds=view.bounds, vmin=plot.lo,
+                                                                     vmax=max(plot.hi, plot.lo + 1e-12),
+                                                                     colormap=plot.colormap)
+                        drawn.append((rgba.copy(), depth.copy()))  # the renderer reuses its frame buffers
+            for rgba, depth in drawn:
                 if surface is None:
                     surface = (rgba, depth)
                 else:
@@ -308,8 +331,8 @@ def draw_domain(fields: Sequence[Any], spec: DomainSpec, view: View, *, renderer
             if img is not None:
                 volume = img if volume is None else over(volume, img)
         else:
-            raise TypeError(f"draw_domain: plots must be SurfacePlot, VolumePlot, CellSurfacePlot or "
-                            f"CellVolumePlot, got {type(plot).__name__}")
+            raise TypeError(f"draw_domain: plots must be SurfacePlot, VolumePlot, CellSurfacePlot, CellVolumePlot "
+                            f"or MeshPlot, got {type(plot).__name__}")
     return DomainImage(surface, volume)
 
 
@@ -342,6 +365,31 @@ def _grid_meshes(fields: Sequence[Any], spec: DomainSpec, plot: SurfacePlot) -> 
         out.append(marching_cubes(dist, [0.0], spacing=spec.spacing, origin=spec.origin, values=color,
                                   region=spec.cells))
     return out
+
+
+def _mesh_lines(fields: Sequence[Any], spec: DomainSpec, plot: MeshPlot, view: View):
+    """(rgba, depth) of a mesh plot's edges in one domain."""
+    from render.raster import rasterize_lines
+
+    if plot.mesh is None:
+        from render.cells.edges import grid_edges
+        from render.colormap import device_copy
+
+        (i0, j0, k0), (i1, j1, k1) = spec.cells
+        nodes, segs = grid_edges((i1 - i0 + 1, j1 - j0 + 1, k1 - k0 + 1))
+        verts = (nodes * np.asarray(spec.spacing) + np.asarray(spec.node_origin)).astype(np.float32)
+        dev = None if plot.like is None else arrays.device_id(fields[plot.like])
+        if dev is not None:  # the same lines every step: uploaded once (cached by contents)
+            verts, segs = device_copy(verts, dev), device_copy(segs, dev)
+    else:
+        from render.cells.edges import cell_edges
+
+        mesh = _cell_mesh(fields, plot.mesh)
+        xp = mesh.xp
+        segs = xp.ascontiguousarray(cell_edges(mesh, hidden=None if plot.hidden is None else fields[plot.hidden]),
+                                    dtype=xp.int32)
+        verts = xp.ascontiguousarray(mesh.points, dtype=xp.float32)
+    return rasterize_lines(verts, segs, view.camera, view.bounds, view.width, view.height, plot.color)
 
 
 def _cell_mesh(fields: Sequence[Any], at: tuple[int, int, int, int]):
@@ -386,14 +434,20 @@ def _cell_meshes(fields: Sequence[Any], spec: DomainSpec, plot: CellSurfacePlot)
 
 def _cell_volume(fields: Sequence[Any], plot: CellVolumePlot, view: View, tf):
     """A cell mesh's field resampled onto a uniform grid over its box and ray cast (None for a
-    mesh without 3-D cells). The grid has about two samples per cell along each axis, at
-    most 256."""
+    mesh without 3-D cells), or a rectilinear grid's ray cast directly. The resampling grid
+    has about two samples per cell along each axis, at most 256."""
     from render.cells.resample import resample, sample_grid
     from render.volume import ray_cast
 
     mesh = _cell_mesh(fields, plot.mesh)
     if mesh.n_cells == 0:
         return None
+    if plot.axes is not None:
+        coords = [fields[a] for a in plot.axes]
+        dims = tuple(int(c.shape[0]) for c in coords)
+        vol = fields[plot.field].reshape(dims, order="F")  # Blueprint's order: i fastest
+        img, _ = ray_cast(vol, view.camera, view.width, view.height, tf, coords=coords, bounds=view.bounds)
+        return img
     xp = mesh.xp
     both = xp.stack([mesh.points.min(axis=0), mesh.points.max(axis=0)], axis=1).ravel()
     box = np.array(arrays.scalars_to_host(both), np.float64)
@@ -605,6 +659,18 @@ def describe_domain(plots: Sequence[tuple], i: int, domain) -> tuple[list, Domai
     for pname, p, ds, field, lo, hi, cmap in plots:
         d = ds.domains[i]
         s = ds.surface
+        if p["type"] == "mesh":
+            if s is not None:
+                raise ValueError(f"plot {pname}: a mesh plot draws the edges of cells; its pipeline's output is a "
+                                 "contour's or slice's surface, whose edges are not drawn")
+            color = tuple(float(c) for c in p["color"][:3])
+            if hasattr(d, "mesh"):
+                mesh, hidden = mesh_of(ds)
+                specs.append(MeshPlot(color, mesh, hidden))  # type: ignore[arg-type]
+            else:
+                some = next((f.values for f in d.fields.values()), None)  # only its device matters: not converted
+                specs.append(MeshPlot(color, like=None if some is None else put((id(ds), "\0like"), lambda: some)))
+            continue
         if p["type"] == "pseudocolor" and not field:
             raise ValueError(f"plot {pname}: needs a field to colour by (a slice or the mesh itself has none "
                              "of its own)")
@@ -627,10 +693,13 @@ def describe_domain(plots: Sequence[tuple], i: int, domain) -> tuple[list, Domai
             else:
                 f = d.field(field)
                 opacity = p["color_table"].get("opacity")
+                # a rectilinear grid's point field without ghosts is ray cast as it is, else resampled
+                axes = (None if d.axes is None or f.association != "vertex" or hidden is not None
+                        else tuple(put((id(ds), "\0axis", a), lambda a=a: d.axes[a]) for a in range(3)))
                 specs.append(CellVolumePlot(mesh, put((id(ds), field, "stored"), lambda: f.values), f.association,
                                             float(lo), float(hi), cmap,
                                             None if opacity is None else tuple(tuple(map(float, x)) for x in opacity),
-                                            hidden))
+                                            hidden, axes))
             continue
         if p["type"] == "pseudocolor":
             if s is None:

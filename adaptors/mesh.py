@@ -205,6 +205,9 @@ class CellDomain:
         2 or 3: the coordinates' dimension (2-D meshes have z = 0).
     topology : str
         The Blueprint topology read.
+    axes : (x, y, z) 1-D arrays or None
+        For a 3-D rectilinear grid, its coordinates as given (volume plots ray cast the
+        grid directly); None for other meshes, and once a filter has made new cells.
 
     Notes
     -----
@@ -219,6 +222,7 @@ class CellDomain:
     ghosts: Any = None
     dim: int = 3
     topology: str = "mesh"
+    axes: tuple | None = None
 
     @property
     def box(self) -> np.ndarray:
@@ -498,7 +502,7 @@ def _cell_domain(did: int, read: _Cells, given: Mapping, p: str, tname: str, gho
         mesh = read.build(device)
     except ValueError as e:  # render.cells' checks of what the topology holds
         raise MeshError(f"{read.path}: {e}") from None
-    return CellDomain(did, mesh, fields, ghosts, read.dim, tname)
+    return CellDomain(did, mesh, fields, ghosts, read.dim, tname, read.axes)
 
 
 #: Domain children the filters would ignore, and so draw wrong: refused until supported.
@@ -560,6 +564,7 @@ class _Cells:
     n_cells: int
     grid: tuple | None  # node counts (i, j[, k]) of a structured grid: fields may come [i, j, k]-shaped
     build: Callable[[bool], CellMesh]
+    axes: tuple | None = None  # a 3-D rectilinear grid's coordinates, as given (volume plots ray cast it)
 
 
 def _topology(ttype, topo, tpath: str, cs, cpath: str, cells: bool) -> tuple | _Cells:
@@ -589,7 +594,8 @@ def _topology(ttype, topo, tpath: str, cs, cpath: str, cells: bool) -> tuple | _
         dims = tuple(int(a.shape[0]) for a in axes)
         if lattice is not None and len(axes) == 3:
             return lattice
-        return _grid_cells(axes, None, dims, *(two_d if uneven is None else uneven))
+        read = _grid_cells(axes, None, dims, *(two_d if uneven is None else uneven))
+        return dataclasses.replace(read, axes=tuple(axes)) if len(axes) == 3 else read
     dims, flat, lattice, curved = _structured(topo, tpath, cs, cpath)
     if lattice is not None and len(dims) == 3:
         return lattice
