@@ -30,7 +30,7 @@ ASCENT: dict[str, tuple[str, ...]] = {
                "dray_project_2d", "dray_reflect", "lagrangian"),
     "plot": ("pseudocolor", "volume", "mesh"),
     "plot key": ("pipeline", "field", "color_table", "min_value", "max_value", "points"),
-    "color table key": ("name", "control_points", "reverse", "discrete"),
+    "color table key": ("name", "control_points", "reverse", "annotation", "discrete"),
     "render key": ("image_width", "image_height", "image_prefix", "image_name", "camera", "bg_color", "fg_color",
                    "annotations", "render_bg", "dataset_bounds", "color_bar_position", "type", "phi", "theta",
                    "db_name", "auto_camera"),
@@ -71,11 +71,21 @@ PARTIAL: dict[tuple[str, str], str] = {
     ("filter", "clip"): "plane, sphere or box (Ascent's multi-plane clips are not)",
     ("plot", "pseudocolor"): "surfaces (a contour's, a slice's, the kept cells' outer surface, the mesh's own); "
                              "point meshes and points/radius are not drawn",
-    ("plot", "volume"): "uniform grids ray cast; cells resampled to a grid first",
-    ("color table key", "name"): "insitu's maps (viridis, plasma, inferno, magma, cividis, coolwarm, grayscale) "
-                                 "and Ascent's names for the same maps (Cool to Warm, Viridis, Inferno, Plasma, "
-                                 "...); other VTK-m tables (Jet, Rainbow, Black-Body Radiation, ...) are refused "
-                                 "by name",
+    ("plot", "volume"): "uniform and rectilinear grids ray cast; other cells resampled to a grid first",
+    ("plot", "mesh"): "the edges of the outer surface's cells (uniform grids: the box's grid lines; cell meshes: "
+                      "VTK's cell edges on the outer surface, no triangulation diagonals), one pixel wide in the "
+                      "render's fg_color, depth-tested with the other plots (no hidden-line pass of its own); CPU "
+                      "(Numba) and GPU (CUDA) line rasterizers; a contour's or slice's surface is refused",
+    ("color table key", "name"): "VTK-m's presets by Ascent's names (any case, spaces ignored: Cool to Warm, "
+                                 "Viridis, Jet, Black-Body Radiation, ...; Default = Viridis), from VTK-m's "
+                                 "control points in the preset's colour space (RGB, Lab, diverging), plus insitu's "
+                                 "own maps (viridis, ... lower case: matplotlib's); unknown names list close ones",
+    ("color table key", "control_points"): "Ascent's list ({type: rgb, position, color} / {type: alpha, position, "
+                                           "alpha}) and map ({position, r, g, b, a}) forms; as Ascent: without a "
+                                           "name the rgb points replace Cool to Warm's (its diverging space), with "
+                                           "one they are added to its points; alpha points: a volume plot's "
+                                           "opacity over the colour range (reached over one world unit)",
+    ("color table key", "annotation"): "accepted; the legend is drawn where the render's annotations ask",
     ("render key", "type"): "cinema: Ascent's spec A database (the images, info.json, info.js, data.csv; not its "
                             "bundled web viewer); auto_camera refused by name",
     ("render key", "annotations"): "legend, step and time drawn when asked (off by default, unlike Ascent)",

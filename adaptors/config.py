@@ -35,7 +35,7 @@ import sys
 from typing import Any, Mapping
 
 from render.camera import from_settings as camera_from_settings
-from render.colormap import NAMES as _COLORMAPS
+from render import colormap as _colormap
 
 from .errors import ConfigError
 
@@ -53,7 +53,8 @@ class Param:
     named in the documentation and in error messages.
     """
 
-    kind: str  # number, int, bool, str, numbers, point, direction, points, name, names, enum:a|b, map, opacity
+    kind: str  # number, int, bool, str, numbers, point, direction, points, name, names, enum:a|b, map, opacity,
+    # colormap (render.colormap's names, resolved), control_points (Ascent's colour table points)
     doc: str
     default: Any = None
     required: bool = False
@@ -118,6 +119,14 @@ class Param:
             if not isinstance(value, bool):
                 problems.append(f"{path}: expected true or false, got {_what(value)}")
             return value
+        if k == "colormap":
+            try:
+                return _colormap.resolve(value)
+            except ValueError as e:
+                problems.append(f"{path}: {str(e).removeprefix('colormap name: ')}")
+            return value
+        if k == "control_points":
+            return _control_points(value, path, problems)
         if k in ("str", "name"):
             if not isinstance(value, str) or not value:
                 problems.append(f"{path}: expected a {'name' if k == 'name' else 'string'}, got {_what(value)}")
@@ -204,7 +213,19 @@ MAX_ISO_VALUES = 256
 MAX_OPACITY_POINTS = 256
 
 _COLOR_TABLE = {
-    "name": P("enum:" + "|".join(_COLORMAPS), "colormap", "viridis"),
+    "name": P("colormap", "colour table: insitu's maps (" + ", ".join(n for n in _colormap.NAMES if n not in
+              _colormap.PRESETS) + ") or VTK-m's presets as Ascent names them (" + ", ".join(_colormap.PRESETS)
+              + "), any case, spaces ignored", "viridis"),
+    "control_points": P("control_points", "Ascent's control points, positions in [0, 1] of the colour range: a "
+                        "list of {type: rgb, position, color: [r, g, b]} and {type: alpha, position, alpha}, or "
+                        "{position: [...], r: [...], g: [...], b: [...], a: [...]}. Without a name the rgb points "
+                        "replace the colours of Ascent's default table (VTK-m's Cool to Warm: interpolated in its "
+                        "diverging space, white between distinct hues); with a name they are added to its points "
+                        "(in its colour space). Alpha points are a volume plot's opacity over the colour range "
+                        "(reached over one world unit, as opacity)"),
+    "reverse": P("bool", "the colours reversed (Ascent's \"true\"/\"false\" accepted)", False),
+    "annotation": P("bool", "Ascent's colour bar switch: accepted; insitu draws the legend where the render's "
+                    "annotations ask"),
     "opacity": P("opacity", "volume plots: [value, opacity] control points; opacity is reached over one world "
                  "unit of length", size=(1, MAX_OPACITY_POINTS)),
 }
@@ -390,6 +411,11 @@ SCHEMA: dict[str, Any] = {
             "color_table": P("map", "colormap: {name}"),
             "min_value": P("number", "colour range low end (default: the field's global minimum)"),
             "max_value": P("number", "colour range high end (default: the field's global maximum)"),
+        },
+        "mesh": {
+            "pipeline": P("name", "pipeline whose output's cells are drawn (a threshold's, clip's, ...; not a "
+                          "contour's or slice's surface; default: the simulation's mesh): the edges of the outer "
+                          "surface's cells, one pixel wide, in the render's fg_color, over the other plots by depth"),
         },
         "volume": {
             "field": P("name", "field ray cast", required=True),
@@ -813,8 +839,6 @@ def _scene(s, path: str, pipelines: Mapping, problems: list[str]) -> dict:
             continue
         if isinstance(p, Mapping) and isinstance(p.get("params"), Mapping):  # Ascent's older form: params/field
             p = {**{k: v for k, v in p.items() if k != "params"}, **p["params"]}
-        if isinstance(p, Mapping) and isinstance(p.get("color_table"), Mapping):
-            p = {**p, "color_table": _ascent_color_table(p["color_table"], f"{ppath}/color_table", problems)}
         if not isinstance(p, Mapping) or p.get("type") not in SCHEMA["plots"]:
             t = p.get("type") if isinstance(p, Mapping) else None
             problems.append(f"{ppath}/type: unknown plot {t!r}; known: {', '.join(SCHEMA['plots'])}")
@@ -822,7 +846,10 @@ def _scene(s, path: str, pipelines: Mapping, problems: list[str]) -> dict:
         body = {k: v for k, v in p.items() if k != "type"}
         q = _params(body, SCHEMA["plots"][p["type"]], ppath, problems)
         q["type"] = p["type"]
-        q["color_table"] = _params(q.get("color_table"), SCHEMA["color_table"], f"{ppath}/color_table", problems)
+        n = len(problems)
+        ct = _params(q.get("color_table"), SCHEMA["color_table"], f"{ppath}/color_table", problems)
+        q["color_table"] = ct if len(problems) > n else _color_table(q.get("color_table"), ct,
+                                                                     f"{ppath}/color_table", problems)
         if q.get("pipeline") is not None and q["pipeline"] not in pipelines:
             problems.append(f"{ppath}/pipeline: unknown pipeline {q['pipeline']!r}; known: "
                             f"{', '.join(sorted(pipelines)) or 'none'}")
@@ -862,34 +889,97 @@ def _scene(s, path: str, pipelines: Mapping, problems: list[str]) -> dict:
 
 
 #: Ascent's plot types insitu does not draw, with why.
-UNSUPPORTED_PLOTS = {"mesh": "not supported by insitu (the mesh's edges are not drawn; a pseudocolor plot of the "
-                             "mesh draws its surface)"}
+UNSUPPORTED_PLOTS: dict[str, str] = {}
 #: Ascent's render types insitu does not make, with why.
 UNSUPPORTED_RENDERS = {"auto_camera": "not supported by insitu (give a camera)"}
-#: Ascent's (VTK-m's) colour table names, lower-cased, for the insitu tables that are the same map.
-ASCENT_COLOR_TABLES = {"viridis": "viridis", "inferno": "inferno", "plasma": "plasma", "magma": "magma",
-                       "cool to warm": "coolwarm", "grayscale": "grayscale", "gray": "grayscale",
-                       "grey": "grayscale"}
+def _control_points(value, path: str, problems: list[str]) -> dict:
+    """Ascent's colour table control points as ``{"rgb": [[position, r, g, b], ...] or None,
+    "alpha": [[position, alpha], ...] or None}`` (components clamped to [0, 1], as Ascent)."""
+    rgb: list = []
+    alpha: list = []
+
+    def number(v, where: str, lo: float | None = None, hi: float | None = None):
+        if not is_real(v):
+            problems.append(f"{where}: expected a finite number, got {_short(v)}")
+            return None
+        if lo is not None and hi is not None and not lo <= v <= hi:
+            problems.append(f"{where}: must be in [{lo:g}, {hi:g}] (normalized over the colour range), got {v!r}")
+            return None
+        return float(v)
+
+    def clamp(v):
+        return min(max(v, 0.0), 1.0)
+
+    if isinstance(value, list) and value:
+        for n, peg in enumerate(value):
+            where = f"{path}[{n}]"
+            if not isinstance(peg, Mapping) or peg.get("type") not in ("rgb", "alpha"):
+                problems.append(f"{where}: expected {{type: rgb, position, color: [r, g, b]}} or {{type: alpha, "
+                                f"position, alpha}}, got {_short(peg)}")
+                continue
+            want = ("type", "position", "color") if peg["type"] == "rgb" else ("type", "position", "alpha")
+            extra = [k for k in peg if k not in want]
+            if extra:
+                problems.append(f"{where}: unknown key {extra[0]!r}; known: {', '.join(want)}")
+            x = number(peg.get("position"), f"{where}/position", 0.0, 1.0)
+            if peg["type"] == "rgb":
+                c = peg.get("color")
+                if not (isinstance(c, list) and len(c) == 3 and all(is_real(v) for v in c)):
+                    problems.append(f"{where}/color: expected three numbers [r, g, b], got {_short(c)}")
+                elif x is not None:
+                    rgb.append([x, *(clamp(float(v)) for v in c)])
+            else:
+                al = number(peg.get("alpha"), f"{where}/alpha")
+                if x is not None and al is not None:
+                    alpha.append([x, clamp(al)])
+    elif isinstance(value, Mapping) and value:
+        extra = [k for k in value if k not in ("position", "r", "g", "b", "a")]
+        if extra:
+            problems.append(f"{path}: unknown key {extra[0]!r}; known: position, r, g, b, a")
+        cols = {}
+        for k in ("position", "r", "g", "b", "a"):
+            v = value.get(k)
+            if v is None:
+                if k != "a":
+                    problems.append(f"{path}: missing key {k!r} (a list of numbers)")
+                continue
+            v = [v] if is_real(v) else v
+            if not (isinstance(v, list) and v and all(is_real(x) for x in v)):
+                problems.append(f"{path}/{k}: expected a list of finite numbers, got {_short(v)}")
+                continue
+            cols[k] = [float(x) for x in v]
+        if all(k in cols for k in ("position", "r", "g", "b")):
+            n = len(cols["position"])
+            if any(len(cols[k]) != n for k in cols):
+                problems.append(f"{path}: position, r, g, b (and a) must have one value each per point, got "
+                                + ", ".join(f"{len(cols[k])} {k}" for k in cols))
+            elif any(not 0 <= x <= 1 for x in cols["position"]):
+                problems.append(f"{path}/position: must be in [0, 1] (normalized over the colour range), got "
+                                f"{_short(cols['position'])}")
+            else:
+                rgb = [[x, *(clamp(cols[c][i]) for c in "rgb")] for i, x in enumerate(cols["position"])]
+                if "a" in cols:
+                    alpha = [[x, clamp(cols["a"][i])] for i, x in enumerate(cols["position"])]
+    else:
+        problems.append(f"{path}: expected a list of {{type: rgb|alpha, position, ...}} or a map of lists "
+                        f"{{position, r, g, b, a}}, got {_what(value)}")
+    return {"rgb": rgb or None, "alpha": alpha or None}
 
 
-def _ascent_color_table(ct: Mapping, path: str, problems: list[str]) -> dict:
-    """A colour table as Ascent names it: VTK-m's names (any case) for the same insitu maps;
-    control points refused by name."""
-    ct = dict(ct)
-    name = ct.get("name")
-    if isinstance(name, str) and name not in _COLORMAPS:
-        if name.lower() in ASCENT_COLOR_TABLES:
-            ct["name"] = ASCENT_COLOR_TABLES[name.lower()]
-        else:
-            problems.append(f"{path}/name: expected one of {', '.join(_COLORMAPS)}, got {_short(name)} (not "
-                            "available in insitu; Ascent's names for the same maps are accepted: "
-                            f"{', '.join(k for k in ASCENT_COLOR_TABLES if k not in _COLORMAPS)})")
-            ct.pop("name")
-    if "control_points" in ct:
-        problems.append(f"{path}/control_points: colour tables from control points are not supported by insitu "
-                        "(give a name; a volume plot's opacity: [[value, alpha], ...])")
-        ct.pop("control_points")
-    return ct
+def _color_table(given: Any, ct: dict, path: str, problems: list[str]) -> dict:
+    """`ct` (checked keys) as one colormap name: control points and reverse folded in as Ascent
+    builds its table (render.colormap.compose); a control-point table keeps its alphas."""
+    cp, rev = ct.get("control_points"), bool(ct.get("reverse"))
+    if cp is None and not rev:
+        return ct
+    named = isinstance(given, Mapping) and given.get("name") is not None
+    try:
+        name = _colormap.compose(ct["name"] if named else None, (cp or {}).get("rgb"), (cp or {}).get("alpha"),
+                                 reverse=rev)
+    except ValueError as e:
+        problems.append(f"{path}: {e}")
+        return ct
+    return {**ct, "name": name}
 
 
 def camera_problems(camera: Mapping[str, Any], path: str) -> list[str]:

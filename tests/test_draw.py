@@ -126,8 +126,8 @@ def test_describe_domain_names_each_field_once_and_draws_the_box_without_a_surfa
 
 def test_draw_domain_refuses_an_unknown_plot(renderers):
     f, s = spec(0, N - 1, plots=(("volume", 0),))
-    with pytest.raises(TypeError, match="plots must be SurfacePlot, VolumePlot, CellSurfacePlot or CellVolumePlot, "
-                                        "got tuple"):
+    with pytest.raises(TypeError, match="plots must be SurfacePlot, VolumePlot, CellSurfacePlot, CellVolumePlot "
+                                        "or MeshPlot, got tuple"):
         draw_domain([f], s, VIEW, renderers=renderers)
 
 

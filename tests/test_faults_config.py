@@ -60,7 +60,7 @@ BAD_STEERING = [
     (CAMERA, {"iso_values": list(np.linspace(0.5, 1.0, 12000))}, f"iso_values: expected at most {MAX_ISO_VALUES}"),
     (CAMERA, {"params": {"gain": HUGE}}, "params/gain"),
     (CAMERA, {"transfer_function": [[HUGE, 0.5]]}, "transfer_function"),
-    (CAMERA, {"colormap": "no_such_map"}, "colormap: expected one of viridis"),
+    (CAMERA, {"colormap": "no_such_map"}, "colormap: unknown .no_such_map.; known: viridis"),
     (CAMERA, {"pause": 1}, "pause"),
 ]
 IDS = [f"{i}-{'-'.join(u)}" for i, (_, u, _) in enumerate(BAD_STEERING)]
@@ -169,7 +169,7 @@ def _set(path, value):
 RENDER = ("scenes", "s", "renders", "r")
 BAD_CONFIG = [
     (_set(("scenes", "s", "plots", "p", "color_table"), {"name": "no_such_map"}),
-     "scenes/s/plots/p/color_table/name: expected one of viridis"),
+     "scenes/s/plots/p/color_table/name: unknown .no_such_map.; known: viridis"),
     (_set(RENDER + ("camera",), {"zoom": 0}), "scenes/s/renders/r/camera/zoom: must be in"),
     (_set(RENDER + ("camera",), {"zoom": 1e300}), "scenes/s/renders/r/camera/zoom: must be in"),
     (_set(RENDER + ("camera",), {"fov": 0}), r"scenes/s/renders/r/camera/fov: must be in \(0, 180\)"),

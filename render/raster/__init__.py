@@ -5,6 +5,8 @@ into the pixels whose centres it covers (the nearest wins by an atomic minimum),
 every pixel shades its winning triangle, with perspective-correct interpolation, the
 same Phong model, colormap and 8-bit colour as the OpenGL path of render/surface.py.
 CuPy meshes are drawn by CUDA kernels (_gpu.py), NumPy meshes by Numba (_cpu.py).
+Line segments (a mesh plot's edges) take the same two paths (:func:`rasterize_lines`): one
+pixel per step along the segment's longer screen axis, depth-tested the same way.
 
 Why: GPUs built for compute rasterize with few graphics units (an H200 draws ~1 G
 triangles/s through OpenGL), while an isosurface of 10^8 triangles covers a few million
@@ -18,9 +20,12 @@ import numpy as np
 from insitu import arrays
 
 from . import _cpu
-from ._params import vector
+from ._params import FIELDS, vector
 
-__all__ = ["rasterize"]
+__all__ = ["LINE_BIAS", "rasterize", "rasterize_lines"]
+
+#: Lines are drawn this fraction nearer than they are, so that the edges of a surface win its depth test.
+LINE_BIAS = 2e-3
 
 
 def rasterize(verts, faces, normals, values, params: dict, width: int, height: int):
@@ -65,4 +70,58 @@ def rasterize(verts, faces, normals, values, params: dict, width: int, height: i
         depth = xp.empty((height, width), xp.float32)
         keys = xp.empty((height, width), xp.uint64)
         _gpu.render(verts, faces, normals, values, params, width, height, rgba, depth, keys)
+    return rgba, depth
+
+
+def rasterize_lines(verts, segments, camera, bounds, width: int, height: int, color, *, bias: float = LINE_BIAS):
+    """Draw line segments one pixel wide, unlit, in `color`.
+
+    Parameters
+    ----------
+    verts : (V, 3) float32, C-contiguous
+    segments : (S, 2) int32, C-contiguous, indices into `verts`
+    camera : render.camera.Camera
+    bounds : (6,) floats
+        The world box that sets the depth range (as the surfaces drawn with these lines).
+    color : (3,) floats in [0, 1]
+        Stored as an RGBA8 framebuffer would (rounded to 1/255).
+    bias : float
+        Depths are stored times ``1 - bias``: a surface's own edges pass its depth test.
+
+    Returns
+    -------
+    rgba : (height, width, 4) float32
+        `color` with alpha 1 on the lines, zeros elsewhere; on the segments' backend.
+    depth : (height, width) float32
+        ``inf`` off the lines.
+    """
+    import math
+
+    if len(segments) >= 0xFFFFFFFF:
+        raise ValueError(f"segments: at most {0xFFFFFFFF - 1} per draw, got {len(segments)}")
+    c = np.asarray(color, np.float64)
+    if c.shape != (3,) or not np.isfinite(c).all():
+        raise ValueError(f"color: expected three numbers in [0, 1], got {color!r}")
+    near, far = camera.clip_range(bounds)
+    view = camera.view_matrix()
+    t = math.tan(math.radians(camera.fov) / 2)
+    params = {name: 0.0 for name, _ in FIELDS}
+    params.update(rot=view[:3, :3].ravel(), shift=view[:3, 3], tanx=t * width / height, tany=t, near=near, far=far,
+                  color=[0.0] * 3, light=[0.0] * 3, bg=[0.0] * 4)
+    xp = arrays.get_array_module(verts)
+    if xp is np:
+        keys = np.full((height, width), np.uint64(0xFFFFFFFFFFFFFFFF))
+        _cpu.raster_lines(verts, segments, vector(params), width, height, float(bias), keys)
+    else:
+        from . import _gpu
+
+        with xp.cuda.Device(arrays.device_id(verts)):
+            keys = xp.empty((height, width), xp.uint64)
+            _gpu.render_lines(verts, segments, params, width, height, float(bias), keys)
+    hit = keys != np.uint64(0xFFFFFFFFFFFFFFFF)
+    depth = xp.where(hit, (keys >> np.uint64(32)).astype(xp.uint32).view(xp.float32), xp.float32(np.inf))
+    rgba = xp.zeros((height, width, 4), xp.float32)
+    for a, v in enumerate(np.round(np.clip(c, 0, 1) * 255) / 255):  # scalars: nothing is uploaded
+        rgba[..., a] = xp.where(hit, xp.float32(v), xp.float32(0))
+    rgba[..., 3] = hit
     return rgba, depth

@@ -168,3 +168,68 @@ def shade(keys, verts, faces, normals, values, p, table, w, h, rgba, depth):
                 rgba[r, c, a] = np.floor(min(max(x, 0.0), 1.0) * 255.0 + 0.5) / 255.0  # RGBA8, as GL's
             rgba[r, c, 3] = 1.0
             depth[r, c] = z
+
+
+@numba.njit(cache=True, inline="always")
+def _clip_box(c0, r0, c1, r1, w, h):
+    """Liang-Barsky: the parameters (u0, u1) of the segment's part inside the pixel centres'
+    box [-0.5, w - 0.5] x [-0.5, h - 0.5] (u0 > u1: none)."""
+    u0, u1 = 0.0, 1.0
+    dc, dr = c1 - c0, r1 - r0
+    for q, d in ((c0 + 0.5, -dc), (w - 0.5 - c0, dc), (r0 + 0.5, -dr), (h - 0.5 - r0, dr)):
+        if d == 0.0:
+            if q < 0.0:
+                return 1.0, 0.0
+        else:
+            u = q / d
+            if d < 0.0:
+                u0 = max(u0, u)
+            else:
+                u1 = min(u1, u)
+    return u0, u1
+
+
+@numba.njit(cache=True)
+def raster_lines(verts, segs, p, w, h, bias, keys):
+    """Line pass: every segment, clipped to [near, far] and to the image, covers one pixel per
+    step along its longer screen axis; ``keys[r, c]`` = min of (depth bits << 32 | segment),
+    depth (1/z interpolated along the screen, so perspective-correct) times ``1 - bias``."""
+    near, far = p[NEAR], p[FAR]
+    for t in range(segs.shape[0]):
+        a, b = _eye(p, verts, segs[t, 0]), _eye(p, verts, segs[t, 1])
+        za, zb = -a[2], -b[2]
+        s0, s1 = 0.0, 1.0
+        dz = zb - za
+        if dz == 0.0:
+            if za < near or za > far:
+                continue
+        elif dz > 0.0:
+            s0, s1 = max(s0, (near - za) / dz), min(s1, (far - za) / dz)
+        else:
+            s0, s1 = max(s0, (far - za) / dz), min(s1, (near - za) / dz)
+        if s0 > s1:
+            continue
+        ends = np.empty((2, 3))
+        for e, s in ((0, s0), (1, s1)):
+            x, y, z = a[0] + s * (b[0] - a[0]), a[1] + s * (b[1] - a[1]), za + s * dz
+            ends[e, 0] = (x / (z * p[TANX]) + 1.0) * w / 2 - 0.5
+            ends[e, 1] = (1.0 - y / (z * p[TANY])) * h / 2 - 0.5
+            ends[e, 2] = 1.0 / z
+        u0, u1 = _clip_box(ends[0, 0], ends[0, 1], ends[1, 0], ends[1, 1], w, h)
+        if u0 > u1:
+            continue
+        c0 = ends[0, 0] + u0 * (ends[1, 0] - ends[0, 0])
+        r0 = ends[0, 1] + u0 * (ends[1, 1] - ends[0, 1])
+        i0 = ends[0, 2] + u0 * (ends[1, 2] - ends[0, 2])
+        c1 = ends[0, 0] + u1 * (ends[1, 0] - ends[0, 0])
+        r1 = ends[0, 1] + u1 * (ends[1, 1] - ends[0, 1])
+        i1 = ends[0, 2] + u1 * (ends[1, 2] - ends[0, 2])
+        n = max(int(math.ceil(max(abs(c1 - c0), abs(r1 - r0)))), 1)
+        for k in range(n + 1):
+            u = k / n
+            c, r = int(math.floor(c0 + u * (c1 - c0) + 0.5)), int(math.floor(r0 + u * (r1 - r0) + 0.5))
+            if 0 <= c < w and 0 <= r < h:
+                z = (1.0 - bias) / (i0 + u * (i1 - i0))
+                key = (np.uint64(np.float32(z).view(np.uint32)) << np.uint64(32)) | np.uint64(t)
+                if key < keys[r, c]:
+                    keys[r, c] = key

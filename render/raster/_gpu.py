@@ -218,6 +218,63 @@ extern "C" __global__ void __launch_bounds__(256) vis_shade(const unsigned long 
     rgba[o] = make_float4(out[0], out[1], out[2], 1.f);
     depth[o] = z;
 }
+
+__device__ __forceinline__ bool clip_box(float c0, float r0, float c1, float r1, int w, int h, float& u0,
+                                         float& u1) {
+    u0 = 0.f; u1 = 1.f;
+    const float q[4] = {c0 + 0.5f, w - 0.5f - c0, r0 + 0.5f, h - 0.5f - r0};
+    const float d[4] = {c0 - c1, c1 - c0, r0 - r1, r1 - r0};
+    #pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        if (d[i] == 0.f) { if (q[i] < 0.f) return false; }
+        else if (d[i] < 0.f) u0 = fmaxf(u0, q[i] / d[i]);
+        else u1 = fminf(u1, q[i] / d[i]);
+    }
+    return u0 <= u1;
+}
+
+// One thread per segment: the algorithm of _cpu.raster_lines, in float32.
+extern "C" __global__ void __launch_bounds__(256) vis_lines(const float* __restrict__ verts,
+        const int* __restrict__ segs, const long long ns, const long long nv, const RP p, const int w, const int h,
+        const float bias, unsigned long long* __restrict__ keys) {
+    const long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (t >= ns) return;
+    const int ia = segs[2 * t], ib = segs[2 * t + 1];
+    if ((unsigned long long)ia >= (unsigned long long)nv || (unsigned long long)ib >= (unsigned long long)nv) return;
+    const float3 a = eye(p, verts, ia), b = eye(p, verts, ib);
+    const float za = -a.z, dz = -b.z - za;
+    float s0 = 0.f, s1 = 1.f;
+    if (dz == 0.f) { if (za < p.near || za > p.far) return; }
+    else if (dz > 0.f) { s0 = fmaxf(s0, (p.near - za) / dz); s1 = fminf(s1, (p.far - za) / dz); }
+    else { s0 = fmaxf(s0, (p.far - za) / dz); s1 = fminf(s1, (p.near - za) / dz); }
+    if (s0 > s1) return;
+    float e[2][3];
+    const float ss[2] = {s0, s1};
+    #pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        const float x = a.x + ss[k] * (b.x - a.x), y = a.y + ss[k] * (b.y - a.y), z = za + ss[k] * dz;
+        e[k][0] = (x / (z * p.tanx) + 1.f) * w / 2 - 0.5f;
+        e[k][1] = (1.f - y / (z * p.tany)) * h / 2 - 0.5f;
+        e[k][2] = 1.f / z;
+    }
+    float u0, u1;
+    if (!clip_box(e[0][0], e[0][1], e[1][0], e[1][1], w, h, u0, u1)) return;
+    float q0[3], q1[3];
+    #pragma unroll
+    for (int i = 0; i < 3; ++i) {
+        q0[i] = e[0][i] + u0 * (e[1][i] - e[0][i]);
+        q1[i] = e[0][i] + u1 * (e[1][i] - e[0][i]);
+    }
+    const int n = max((int)ceilf(fmaxf(fabsf(q1[0] - q0[0]), fabsf(q1[1] - q0[1]))), 1);
+    for (int k = 0; k <= n; ++k) {
+        const float u = (float)k / n;
+        const int c = (int)floorf(q0[0] + u * (q1[0] - q0[0]) + 0.5f);
+        const int r = (int)floorf(q0[1] + u * (q1[1] - q0[1]) + 0.5f);
+        if (c < 0 || c >= w || r < 0 || r >= h) continue;
+        const float z = (1.f - bias) / (q0[2] + u * (q1[2] - q0[2]));
+        atomicMin(keys + (long long)r * w + c, ((unsigned long long)__float_as_uint(z) << 32) | (unsigned int)t);
+    }
+}
 """
 
 
@@ -248,3 +305,15 @@ def render(verts, faces, normals, values, params: dict, width: int, height: int,
     grid = (-(-width // 16), -(-height // 16))
     mod.get_function("vis_shade")(grid, (16, 16), (keys, verts, faces, normals, vals, tab, np.int32(len(tab)), rec,
                                                    np.int32(width), np.int32(height), rgba, depth))
+
+
+def render_lines(verts, segments, params: dict, width: int, height: int, bias: float, keys) -> None:
+    """Draw segments into `keys` ((H, W) uint64, filled here) as _cpu.raster_lines does:
+    `verts` (V, 3) float32, `segments` (S, 2) int32, C-contiguous CuPy arrays on one device."""
+    keys.fill(np.uint64(0xFFFFFFFFFFFFFFFF))
+    ns = len(segments)
+    if ns:
+        _module().get_function("vis_lines")((-(-ns // 256),), (256,), (verts, segments, np.int64(ns),
+                                                                     np.int64(len(verts)), record(params),
+                                                                     np.int32(width), np.int32(height),
+                                                                     np.float32(bias), keys))
