@@ -47,6 +47,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 import adaptors  # noqa: E402
 from insitu import Domain, arrays  # noqa: E402
+from insitu.log import Progress  # noqa: E402
 from insitu.profile import StageTimer  # noqa: E402
 
 #: Stages of an in-situ iteration, in the order they run.
@@ -74,6 +75,8 @@ class Bench:
             self.xp = np
             self.device = f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
         self.copy_bw, self.d2h_bw = self._bandwidths()
+        # On stderr, rank 0, where it is a terminal (or --progress): one unit per measured run or iteration.
+        self.bar = Progress(_units(args), f"bench {args.workload}", enabled=args.progress if self.rank == 0 else False)
 
     def sync(self) -> None:
         if self.gpu:
@@ -115,10 +118,18 @@ class Bench:
     def emit(self, text: str) -> None:
         if self.rank != 0:
             return
-        print(text, flush=True)
+        self.bar.write(text, file=sys.stdout)  # above the bar where one is drawn
         if self.args.md:
             with open(self.args.md, "a") as f:
                 f.write(text + "\n")
+
+
+def _units(args) -> int:
+    """What the progress bar counts: iterations of every in-situ run, measured sizes otherwise."""
+    if args.workload == "insitu":
+        runs = len(args.n) * len(args.precision) * len(args.slowness) * len(args.at) * len(args.hand_off)
+        return runs * (args.warmup + args.iters)
+    return len(args.n) * (len(args.res) if args.workload == "volume" else 1)
 
 
 def _max():
@@ -288,6 +299,7 @@ def _insitu_run(b: Bench, dom, solver, speed, mine, iso, dims, mode: str, floors
             st["iteration"] = total
             if it >= args.warmup:
                 samples.append(st)
+            b.bar.update(note=f"{dims[0]}x{dims[1]}x{dims[2]} {mode}")
     med = {k: float(np.median([s.get(k, 0.0) for s in samples])) for k in set().union(*samples)}
     every = b.comm.allgather(med)  # ranks time different stages (rank 0 alone streams the frames)
     med = {k: max(m.get(k, 0.0) for m in every) for k in sorted(set().union(*every))}
@@ -360,6 +372,7 @@ def mandelbulb_table(b: Bench) -> None:
                                                 region=region), args.reps)
         faces = b.comm.allreduce(int(out[1].shape[0]))
         rows.append((n, faces, t, vol.nbytes / b.copy_bw))  # one read: the bytes once at (read + write) bandwidth
+        b.bar.update(note=f"{n}^3")
         vol = out = None
         if b.gpu:
             xp.get_default_memory_pool().free_all_blocks()
@@ -405,6 +418,7 @@ def volume_table(b: Bench) -> None:
                 img = xp.ascontiguousarray(img.astype(xp.float32))
                 t_comp, _ = b.timed(lambda: composite(img, comm=b.comm, mode="over", order=owners), args.reps)
             rows.append((n, res, t_cast, t_comp))
+            b.bar.update(note=f"{n}^3 {res}^2")
         vol = None
         if b.gpu:
             xp.get_default_memory_pool().free_all_blocks()
@@ -438,11 +452,14 @@ def main(argv=None) -> int:
     ap.add_argument("--weak", action="store_true")
     ap.add_argument("--tmp", default=os.environ.get("TMPDIR", "/tmp"))
     ap.add_argument("--md")
+    ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                    help="a progress bar on stderr (default: when stderr is a terminal)")
     args = ap.parse_args(argv)
     if any(n < 8 for n in args.n):
         ap.error("--n: grids of at least 8^3")
     b = Bench(args)
-    {"insitu": insitu, "mandelbulb": mandelbulb_table, "volume": volume_table}[args.workload](b)
+    with b.bar:
+        {"insitu": insitu, "mandelbulb": mandelbulb_table, "volume": volume_table}[args.workload](b)
     return 0
 
 

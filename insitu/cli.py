@@ -656,6 +656,8 @@ def replay(args: argparse.Namespace) -> int:
     """``insitu replay RECORDING... --config CONFIG``: 0 every step ran, 1 some failed, 2 bad input."""
     import time
 
+    from .log import Progress
+
     ad = _adaptor_package()
     comm = _world()
     rank, size = (comm.Get_rank(), comm.Get_size()) if comm is not None else (0, 1)
@@ -678,17 +680,20 @@ def replay(args: argparse.Namespace) -> int:
         steps = [s for s in steps if (not lo or s[0] >= int(lo)) and (not hi or s[0] < int(hi))]
     failed = 0
     t_start = time.perf_counter()
-    with ad.Adaptor(args.config, comm) as a:
-        for i, (step, t, files) in enumerate(steps):
+    # The bar (rank 0, stderr a terminal or --progress) stands for the per-step lines; a failed step is
+    # always named.
+    bar = Progress(len(steps), "insitu replay", enabled=args.progress if rank == 0 else False)
+    with ad.Adaptor(args.config, comm) as a, bar:
+        for step, t, files in steps:
             t0 = time.perf_counter()
             # Each rank takes every size-th file: a run recorded on as many ranks replays rank by rank.
             domains = [d for path in files[rank::size] for d in read_mesh(path, cfg["ghost_field"])[0]]
             ok = a.execute(step, t, domains)
             failed += not ok
-            done = i + 1
-            bar = "#" * (20 * done // len(steps))
-            say(f"[{bar:<20}] {done}/{len(steps)} step {step} {'ok' if ok else 'FAILED'} "
-                f"({time.perf_counter() - t0:.2f} s)")
+            line = f"step {step} {'ok' if ok else 'FAILED'} ({time.perf_counter() - t0:.2f} s)"
+            if rank == 0 and (not ok or not bar.enabled):
+                bar.write(f"insitu replay: {line}", file=sys.stdout)
+            bar.update(note=f"step {step}")
         errors = a.results()["errors"]
     for problem in errors:
         say(f"error: {problem}", err=True)
@@ -753,6 +758,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the extract's files (one per step and rank), a directory of them, or a glob pattern")
     rp.add_argument("--config", required=True, metavar="CONFIG", help="the adaptor's configuration to run")
     rp.add_argument("--steps", metavar="A:B", help="only steps A <= step < B (either end may be left out)")
+    rp.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                    help="a progress bar on stderr in place of a line per step (default: when stderr is a terminal)")
     args = ap.parse_args(argv)
     if args.command == "info":
         for k, v in info().items():

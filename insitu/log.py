@@ -21,6 +21,9 @@ the kernel cache, CuPy modules (:func:`compiling`), and Numba functions of the m
 :func:`watch_jit` names. The first Numba compile of a process is also announced once at
 WARNING (so at the adaptor's default ``log: errors``), by rank 0 only under MPI: a first
 step that stalls for seconds says why, and that ``insitu warmup`` compiles ahead of a job.
+
+:class:`Progress` draws a progress bar on stderr for the long commands (``insitu replay``, the
+benchmarks), only where stderr is a terminal unless asked: logs and pipes get no bar.
 """
 
 from __future__ import annotations
@@ -29,10 +32,11 @@ import logging
 import os
 import sys
 import threading
+import time
 from typing import IO, Any
 
-__all__ = ["DEFAULT_FORMAT", "RankFilter", "RankFormatter", "compiling", "cupy_cache_dir", "disable", "enable",
-           "get_logger", "rank", "watch_jit"]
+__all__ = ["DEFAULT_FORMAT", "Progress", "RankFilter", "RankFormatter", "compiling", "cupy_cache_dir", "disable",
+           "enable", "get_logger", "rank", "watch_jit"]
 
 #: The format of :func:`enable`'s handler: ``[insitu rank 3] INFO insitu.pool.daemon: ...``
 #: (``pid N`` in place of ``rank N`` outside MPI).
@@ -302,3 +306,95 @@ def watch_jit(module: str) -> None:
 
             _jit_listener = _jit_listener_class()()
             event.register("numba:compile", _jit_listener)
+
+
+# --------------------------------------------------------------------------- progress
+
+
+class Progress:
+    """A progress bar redrawn in place on one line: ``label [#######.............] 7/20 3.1 s note``.
+
+    Drawn only when `enabled`, by default where `stream` is a terminal (a log file or a pipe
+    gets nothing); redrawn at most every `interval` seconds, and always at the last unit.
+    :meth:`write` prints a line above the bar. Under MPI, enable it on one rank only.
+
+    Parameters
+    ----------
+    total : int
+        Units of work (steps, iterations).
+    label : str
+        Printed before the bar.
+    enabled : bool, optional
+        True draws it wherever `stream` goes (``--progress``), False never; default: ``stream.isatty()``.
+    stream : file, optional
+        Default ``sys.stderr``.
+    width : int
+        Characters of the bar itself.
+    interval : float
+        Least seconds between two redraws.
+    """
+
+    def __init__(self, total: int, label: str = "", *, enabled: bool | None = None, stream: IO[str] | None = None,
+                 width: int = 30, interval: float = 0.1) -> None:
+        if total < 0:
+            raise ValueError(f"total: expected an int >= 0, got {total!r}")
+        self.stream = stream if stream is not None else sys.stderr
+        if enabled is None:
+            isatty = getattr(self.stream, "isatty", None)
+            enabled = bool(isatty and isatty())
+        self.enabled = enabled
+        self.total, self.label, self.width, self.interval = total, label, width, interval
+        self.done = 0
+        self._t0 = time.perf_counter()
+        self._drawn = -1.0  # when the bar was last drawn (-1: never)
+        self._shown = 0  # characters of the line on screen
+
+    def _line(self, note: str) -> str:
+        frac = self.done / self.total if self.total else 1.0
+        fill = min(self.width, int(self.width * frac))
+        bar = "#" * fill + "." * (self.width - fill)
+        head = f"{self.label} " if self.label else ""
+        tail = f" {note}" if note else ""
+        return f"{head}[{bar}] {self.done}/{self.total} {time.perf_counter() - self._t0:.1f} s{tail}"
+
+    def _draw(self, note: str = "") -> None:
+        line = self._line(note)
+        # \r back to the line's start; spaces wipe what a longer previous line left.
+        self.stream.write("\r" + line + " " * max(0, self._shown - len(line)))
+        self.stream.flush()
+        self._shown = len(line)
+        self._drawn = time.perf_counter()
+
+    def update(self, n: int = 1, note: str = "") -> None:
+        """Count `n` more units done; redraw (with `note` after the counts) if it is time."""
+        self.done += n
+        if self.enabled and (self.done >= self.total or self._drawn < 0
+                             or time.perf_counter() - self._drawn >= self.interval):
+            self._draw(note)
+
+    def write(self, text: str, file: IO[str] | None = None) -> None:
+        """Print a line of `text` on `file` (default: the bar's stream), above the bar when it is drawn."""
+        out = file if file is not None else self.stream
+        shown = self.enabled and self._drawn >= 0
+        if shown:  # wipe the bar, print, draw it again below
+            self.stream.write("\r" + " " * self._shown + "\r")
+            self.stream.flush()
+            self._shown = 0
+        out.write(text + "\n")
+        out.flush()
+        if shown:
+            self._draw()
+
+    def close(self) -> None:
+        """Draw the final state and end the line."""
+        if self.enabled and self._drawn >= 0:
+            self._draw()
+            self.stream.write("\n")
+            self.stream.flush()
+        self.enabled = False
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

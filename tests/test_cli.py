@@ -1,5 +1,6 @@
 """The ``insitu`` command: info, --version, check (with the adaptor's own bad configurations)."""
 
+import io
 import os
 import re
 import subprocess
@@ -275,17 +276,54 @@ def test_replay_with_another_configuration_draws_the_live_frames(tmp_path, capsy
             assert a.execute(step * 10, step * 0.5, mesh)
     again = _write(tmp_path, config(tmp_path / "replay", iso=0.9))
     assert main(["replay", str(tmp_path / "rec"), "--config", again]) == 0
-    out = capsys.readouterr().out
-    assert "[##########          ] 1/2 step 0 ok" in out and "2 steps replayed on 1 rank(s)" in out
+    out, err = capsys.readouterr()
+    # stderr is not a terminal here: a line per step, no bar.
+    assert err == "" and "\r" not in out and "[" not in out, (out, err)
+    lines = out.splitlines()
+    assert [re.sub(r"\d+\.\d+ s", "T s", s) for s in lines] == [
+        "insitu replay: step 0 ok (T s)", "insitu replay: step 10 ok (T s)",
+        "insitu replay: 2 steps replayed on 1 rank(s) in T s, 0 failed"]
     for step in (0, 10):
         a = read_png(tmp_path / "live" / f"frame_{step:03d}.png")
         b = read_png(tmp_path / "replay" / f"frame_{step:03d}.png")
         assert (a[..., 3] > 0).mean() > 0.05  # a sphere was drawn
         np.testing.assert_array_equal(a, b)
-    assert main(["replay", str(tmp_path / "rec" / "m_01*.h5"), "--config", again, "--steps", "5:"]) == 0
-    assert "1 steps replayed" in capsys.readouterr().out
+    assert main(["replay", str(tmp_path / "rec" / "m_01*.h5"), "--config", again, "--steps", "5:", "--progress"]) == 0
+    out, err = capsys.readouterr()
+    # --progress: the bar on stderr (redrawn with \r, ended by a newline) stands for the step lines.
+    assert out.startswith("insitu replay: 1 steps replayed") and "step 10 ok" not in out, out
+    assert err.startswith("\rinsitu replay [" + "#" * 30 + "] 1/1 ") and err.endswith("\n"), repr(err)
     assert main(["replay", str(tmp_path / "nothing*.h5"), "--config", again]) == 2
     assert "no recorded files" in capsys.readouterr().err
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_draws_on_a_terminal_only():
+    from insitu.log import Progress
+
+    term, pipe = _Terminal(), io.StringIO()
+    for stream in (term, pipe):
+        with Progress(4, "job", stream=stream, width=8, interval=0.0) as bar:
+            bar.update(note="a")
+            bar.write("a line above", file=stream)
+            bar.update(3, note="b")
+    assert pipe.getvalue() == "a line above\n"  # no bar where the stream is no terminal
+    frames = term.getvalue().split("\r")
+    assert re.fullmatch(r"job \[##\.{6}\] 1/4 \d+\.\d s a", frames[1]), frames
+    # write(): the bar wiped, the line, the bar again below it
+    assert frames[2].strip() == "" and frames[3] == "a line above\n" and frames[4].startswith("job [##......] 1/4")
+    assert re.fullmatch(r"job \[#{8}\] 4/4 \d+\.\d s b", frames[5]), frames
+    assert frames[6].startswith("job [########] 4/4") and frames[6].endswith("\n") and len(frames) == 7
+    quiet = _Terminal()
+    with Progress(2, stream=quiet, enabled=False) as bar:
+        bar.update(2)
+    assert quiet.getvalue() == ""
+    with pytest.raises(ValueError, match="total: expected an int >= 0, got -1"):
+        Progress(-1)
 
 
 @pytest.mark.mpi
