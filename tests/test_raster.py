@@ -106,3 +106,62 @@ def test_rasterizer_name_is_checked():
     with pytest.raises(ValueError, match="colormap name"):
         render_mesh(*uv_sphere(8, 4), np.zeros(8 * 5, np.float32), width=8, height=8, colormap="nope",
                     rasterizer="software")
+
+
+# -- lines (mesh plots) ---------------------------------------------------------------------------------
+
+
+def test_lines_cover_their_projection_and_pass_the_depth_test_of_their_own_surface():
+    from render.cells.edges import grid_edges
+    from render.raster import rasterize_lines
+
+    nodes, segs = grid_edges((4, 3, 1))  # a flat 3 x 2 grid in z = 0
+    verts = (nodes * 0.5).astype(np.float32)
+    bounds = (0, 1.5, 0, 1, 0, 0.1)  # the depth range: the plane and one nearer (below)
+    cam = Camera((0.75, 0.5, 3.0), (0.75, 0.5, 0.0))
+    w, h = 90, 70
+    rgba, depth = rasterize_lines(verts, segs, cam, bounds, w, h, (1.0, 0.5, 0.0))
+    assert len(segs) == 17  # 3 rows of 3 segments, 4 columns of 2
+    near, far = cam.clip_range(bounds)
+    m = cam.projection_matrix(w, h, near, far) @ cam.view_matrix()
+    s = np.linspace(0.05, 0.95, 50)[:, None]
+    pts = np.concatenate([verts[a] + s * (verts[b] - verts[a]) for a, b in segs])
+    clip = np.c_[pts, np.ones(len(pts))] @ m.T
+    col = np.floor((clip[:, 0] / clip[:, 3] + 1) * w / 2).astype(int)
+    row = np.floor((1 - clip[:, 1] / clip[:, 3]) * h / 2).astype(int)
+    on = rgba[..., 3] > 0
+    assert on[row, col].all()
+    np.testing.assert_array_equal(rgba[on], np.float32([[1.0, 128 / 255, 0.0, 1.0]] * on.sum()))
+    np.testing.assert_allclose(depth[on], 3.0 * (1 - 2e-3), rtol=1e-6)  # the plane's depth, pulled nearer
+    assert np.isinf(depth[~on]).all() and not rgba[~on].any()
+    # the surface of the same plane: its edges pass its depth test, a plane nearer hides them
+    quad = np.array([[0, 0, 0], [1.5, 0, 0], [1.5, 1, 0], [0, 1, 0]], np.float32)
+    faces = np.array([[0, 1, 2], [0, 2, 3]], np.int32)
+    normals = np.tile(np.float32([0, 0, 1]), (4, 1))
+    for dz, shown in ((0.0, True), (0.05, False)):
+        _, sd = render_mesh(quad + [0, 0, dz], faces, normals, width=w, height=h, camera=cam, bounds=bounds,
+                            rasterizer="software")
+        assert ((depth < sd)[on]).all() == shown
+
+
+def test_cell_edges_are_the_cells_edges_on_the_outer_surface():
+    from render.cells import cell_mesh, grid_cells
+    from render.cells.edges import cell_edges, grid_edges
+
+    ax = np.linspace(0, 1, 3)
+    hexes = grid_cells(ax, ax, ax)
+    got = {tuple(e) for e in cell_edges(hexes).tolist()}
+    nodes, segs = grid_edges((3, 3, 3))
+    ids = nodes @ [9, 3, 1]  # grid_cells numbers points i-major, as the grid's nodes
+    want = {tuple(sorted(p)) for p in ids[segs].tolist()}
+    assert got == want and len(got) == 48
+    pts = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0], [1, 0, 1]], float)
+    tet = cell_mesh(pts[:4], np.arange(4), 10)
+    assert len(cell_edges(tet)) == 6
+    assert len(cell_edges(cell_mesh(np.r_[pts[:3], pts[:3] + [0, 0, 1]], np.arange(6), 13))) == 9  # a wedge
+    # 2-D cells: two quads and a pentagon side by side, no triangulation diagonals
+    p2 = np.array([[0, 0], [1, 0], [2, 0], [0, 1], [1, 1], [2, 1], [3, 0.5], [2.5, 1.5]], float)
+    mixed = cell_mesh(p2, np.array([0, 1, 4, 3, 1, 2, 5, 4, 2, 6, 7, 5]), np.array([9, 9, 7]),
+                      np.array([0, 4, 8, 12]))
+    e = {tuple(x) for x in cell_edges(mixed).tolist()}
+    assert e == {(0, 1), (1, 4), (3, 4), (0, 3), (1, 2), (2, 5), (4, 5), (2, 6), (6, 7), (5, 7)}

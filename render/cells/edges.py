@@ -9,6 +9,8 @@ grid lines on the six faces of its box (:func:`grid_edges`).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from insitu import arrays
@@ -29,7 +31,7 @@ _EDGES = {
 
 
 def grid_edges(shape) -> tuple[np.ndarray, np.ndarray]:
-    """The grid lines on the faces of the box of a grid's nodes.
+    """The grid lines on the faces of the box of a grid's nodes (made once per shape: read-only).
 
     Parameters
     ----------
@@ -46,6 +48,11 @@ def grid_edges(shape) -> tuple[np.ndarray, np.ndarray]:
     dims = tuple(int(n) for n in shape)
     if len(dims) != 3 or min(dims) < 1:
         raise ValueError(f"shape: expected three node counts >= 1, got {tuple(shape)}")
+    return _grid_edges(dims)
+
+
+@functools.lru_cache(maxsize=32)
+def _grid_edges(dims: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
     ids = np.arange(np.prod(dims)).reshape(dims)
     pairs = []
     for ax in range(3):  # the two faces normal to axis ax (one where the axis is flat)
@@ -55,7 +62,10 @@ def grid_edges(shape) -> tuple[np.ndarray, np.ndarray]:
                       np.stack([sheet[:, :-1].ravel(), sheet[:, 1:].ravel()], 1)]
     seg = np.unique(np.sort(np.concatenate(pairs), axis=1), axis=0)
     used, inverse = np.unique(seg, return_inverse=True)
-    return np.stack(np.unravel_index(used, dims), 1).astype(np.int64), inverse.reshape(-1, 2).astype(np.int32)
+    nodes = np.stack(np.unravel_index(used, dims), 1).astype(np.int64)
+    segs = inverse.reshape(-1, 2).astype(np.int32)
+    nodes.flags.writeable = segs.flags.writeable = False  # cached and shared
+    return nodes, segs
 
 
 def _keys(xp, a, b, n: int):
