@@ -516,11 +516,36 @@ class _CompileCounter(logging.Handler):
                 print(f"  {msg}", flush=True)
 
 
+def _on_device(obj: Any, cp: Any) -> Any:
+    """A Blueprint dict with every NumPy array copied to the device, as a CuPy simulation hands it."""
+    import numpy as np
+
+    if isinstance(obj, np.ndarray):
+        return cp.asarray(obj)
+    if isinstance(obj, dict):
+        return {k: _on_device(v, cp) for k, v in obj.items()}
+    return obj
+
+
+def _warmup_gpu(gpu: bool | None) -> tuple[Any, str]:
+    """CuPy (or None) for the device runs of a warmup, and why not where it is None."""
+    from .arrays import _cupy_status
+
+    if gpu is False:
+        return None, "not asked (--no-gpu)"
+    cp, why = _cupy_status()
+    if cp is None and gpu:
+        raise RuntimeError(f"--gpu: no CUDA kernels can be compiled here: {why}")
+    return cp, why
+
+
 def warmup_config(config: str | None = None, *, dtypes: tuple[str, ...] = ("float32", "float64"),
-                  cells: bool | None = None, verbose: bool = False) -> dict:
+                  cells: bool | None = None, verbose: bool = False, gpu: bool | None = None) -> dict:
     """Compile the kernels `config` needs (all of them without one) by running its pipelines
     and scenes once on small meshes of each of `dtypes`: Numba writes them to its disk cache
-    (``NUMBA_CACHE_DIR``), where the job's processes find them.
+    (``NUMBA_CACHE_DIR``), where the job's processes find them. Where CuPy and a CUDA device are
+    usable, the same meshes run again from device arrays: CuPy writes the CUDA kernels of those
+    pipelines to its own disk cache (``CUPY_CACHE_DIR``, else ``~/.cupy/kernel_cache``).
 
     Parameters
     ----------
@@ -532,16 +557,25 @@ def warmup_config(config: str | None = None, *, dtypes: tuple[str, ...] = ("floa
         Also run meshes of cells (hexahedra, int32 and int64 ids); default: without a config only.
     verbose : bool
         Print each compile as it starts.
+    gpu : bool, optional
+        Also the device runs (CUDA kernels); default: where CuPy and a CUDA device are usable.
 
     Returns
     -------
     dict
         ``runs`` ([(mesh, seconds)]), ``compiled`` (kernel names), ``cache`` (where they went),
-        ``errors`` (what failed on the small meshes), ``frames`` (images drawn).
+        ``errors`` (what failed on the small meshes), ``frames`` (images drawn), ``gpu`` (None where
+        the device runs were done, else why not).
+
+    Raises
+    ------
+    RuntimeError
+        `gpu` is True where CuPy or a CUDA device is missing.
     """
     import tempfile
     import time
 
+    cp, no_gpu = _warmup_gpu(gpu)
     ad = _adaptor_package()
     cfg = ad.load(WARMUP_ALL if config is None else config)
     cells = config is None if cells is None else cells
@@ -558,7 +592,10 @@ def warmup_config(config: str | None = None, *, dtypes: tuple[str, ...] = ("floa
                 for cell_mesh in (False, True) if cells else (False,):
                     wcfg = _warmup_config(cfg, images, cell_mesh)
                     meshes = _warmup_meshes(cfg, ad.pipelines.added_fields, dtype, cell_mesh)
-                    for label, mesh in meshes[2:] if cell_mesh else meshes[:2]:
+                    chosen = meshes[2:] if cell_mesh else meshes[:2]
+                    if cp is not None:  # the same meshes from device arrays: the CUDA kernels
+                        chosen += [(f"{label}, device", _on_device(mesh, cp)) for label, mesh in chosen]
+                    for label, mesh in chosen:
                         t0 = time.perf_counter()
                         with ad.Adaptor(wcfg) as a:
                             a.execute(0, 0.0, mesh)
@@ -573,7 +610,7 @@ def warmup_config(config: str | None = None, *, dtypes: tuple[str, ...] = ("floa
             lg.removeHandler(counter)
             lg.setLevel(lvl)
     return {"runs": runs, "compiled": counter.compiled, "cache": list(counter.where), "errors": errors,
-            "frames": frames}
+            "frames": frames, "gpu": None if cp is not None else no_gpu}
 
 
 def warmup(args: argparse.Namespace) -> int:
@@ -586,10 +623,21 @@ def warmup(args: argparse.Namespace) -> int:
           f"({', '.join(args.dtype)}); Numba's cache: {where}", flush=True)
     t0 = time.perf_counter()
     try:
-        out = warmup_config(args.config, dtypes=tuple(args.dtype), cells=args.cells or None, verbose=args.verbose)
+        out = warmup_config(args.config, dtypes=tuple(args.dtype), cells=args.cells or None, verbose=args.verbose,
+                            gpu=args.gpu)
     except ad.ConfigError as e:
         print(f"insitu warmup: {args.config}: {e}", file=sys.stderr)
         return 1
+    except RuntimeError as e:
+        print(f"insitu warmup: {e}", file=sys.stderr)
+        return 1
+    from .log import cupy_cache_dir
+
+    if out["gpu"] is None:
+        print(f"insitu warmup: CUDA kernels compiled too (device arrays); CuPy's cache: {cupy_cache_dir()}",
+              flush=True)
+    else:
+        print(f"insitu warmup: CPU kernels only, no CUDA kernels: {out['gpu']}", flush=True)
     for problem in out["errors"]:
         print(f"insitu warmup: failed on a small mesh (its kernels may compile in the job): {problem}",
               file=sys.stderr)
@@ -742,12 +790,18 @@ def main(argv: list[str] | None = None) -> int:
                                     "first step does not stall. Numba keeps them in its disk cache: the directory "
                                     "NUMBA_CACHE_DIR names (set it for read-only installs; on a cluster a shared "
                                     "directory, or a node-local one warmed on every node), else __pycache__ beside "
-                                    "the sources. Run it with the job's Python, NUMBA_CACHE_DIR and CPU type.")
+                                    "the sources. Where CuPy and a CUDA device are usable, the meshes also run from "
+                                    "device arrays: CuPy keeps those CUDA kernels in CUPY_CACHE_DIR (else "
+                                    "~/.cupy/kernel_cache). Run it with the job's Python, cache variables, CPU and "
+                                    "GPU type.")
     wp.add_argument("config", metavar="CONFIG", nargs="?", help="the adaptor's configuration (default: everything)")
     wp.add_argument("--dtype", nargs="+", choices=("float32", "float64"), default=["float32", "float64"],
                     help="floating-point types of the simulation's fields (default: both)")
     wp.add_argument("--cells", action="store_true",
                     help="also meshes of cells (unstructured hexahedra); always without CONFIG")
+    wp.add_argument("--gpu", action=argparse.BooleanOptionalAction, default=None,
+                    help="also compile the CUDA kernels (CuPy's, from device arrays; default: where CuPy and a "
+                         "CUDA device are usable), into CUPY_CACHE_DIR (else ~/.cupy/kernel_cache)")
     wp.add_argument("-v", "--verbose", action="store_true", help="print each kernel as it compiles")
     rp = sub.add_parser("replay", help="re-run a configuration on the meshes an hdf5 extract recorded",
                         description="Run the adaptor with CONFIG on the steps an hdf5 extract recorded, step by "

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 import adaptors
+import insitu
 from insitu.cli import info, main, read_mesh
 from test_adaptor import ROOT, R, config, sphere_mesh
 from test_faults_config import BAD_CONFIG
@@ -229,11 +230,49 @@ def test_warmup_runs_every_scene_of_a_configuration(tmp_path, capsys, monkeypatc
     assert out["frames"] == 2 * 3  # the triggered scene's three renders ran on both meshes
     assert sorted(os.listdir(tmp_path)) == ["cfg.yaml"]  # no extract, no image left behind
     assert main(["warmup", _write(tmp_path, cfg), "--dtype", "float64"]) == 0
-    assert "insitu warmup: done in" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "insitu warmup: done in" in out
+    why = insitu.arrays._cupy_status()[1]
+    if why:  # a CPU machine: says why no CUDA kernel was compiled
+        assert f"insitu warmup: CPU kernels only, no CUDA kernels: {why}" in out
+        assert main(["warmup", _write(tmp_path, cfg), "--dtype", "float64", "--gpu"]) == 1
+        assert f"insitu warmup: --gpu: no CUDA kernels can be compiled here: {why}" in capsys.readouterr().err
     bad = config(tmp_path)
     bad["scenes"]["s"]["renders"]["r"]["image_width"] = 0
     assert main(["warmup", _write(tmp_path, bad)]) == 1
     assert "image_width: must be 1..16384" in capsys.readouterr().err
+
+
+class _FakeCupy:
+    """Stands in for CuPy on a CPU machine: "device" arrays are marked copies of host ones."""
+
+    class ndarray(np.ndarray):
+        pass
+
+    @staticmethod
+    def asarray(a):
+        return np.array(a).view(_FakeCupy.ndarray)
+
+
+def test_warmup_runs_the_meshes_again_from_device_arrays_where_cupy_has_a_device(tmp_path, monkeypatch):
+    import insitu.cli as cli
+
+    monkeypatch.setattr(cli, "_warmup_gpu", lambda gpu: (_FakeCupy, ""))
+    handed = []
+    execute = adaptors.Adaptor.execute
+    monkeypatch.setattr(adaptors.Adaptor, "execute", lambda a, step, t, mesh: handed.append(mesh) or execute(
+        a, step, t, mesh))
+    out = cli.warmup_config(_write(tmp_path, config(tmp_path)), dtypes=("float32",))
+    assert [label for label, _ in out["runs"]] == ["grid float32", "grid float32, ghost cells",
+                                                   "grid float32, device", "grid float32, ghost cells, device"]
+    assert out["errors"] == [] and out["gpu"] is None
+    host, device = handed[0]["fields"], handed[2]["fields"]
+    assert set(host) == set(device) and all(type(f["values"]) is np.ndarray for f in host.values())
+    for name, f in device.items():
+        assert type(f["values"]) is _FakeCupy.ndarray and f["values"].dtype == np.float32
+        np.testing.assert_array_equal(f["values"], host[name]["values"])
+    assert type(handed[3]["fields"]["ascent_ghosts"]["values"]) is _FakeCupy.ndarray
+    assert handed[2]["coordsets"] == handed[0]["coordsets"]  # plain numbers stay as they are
 
 
 @pytest.mark.parametrize("rank", [None, "1"])
