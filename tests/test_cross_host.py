@@ -151,6 +151,28 @@ def test_record_exchange_gathers_in_partition_order_and_names_the_missing():
         ex.close()
 
 
+def test_record_exchange_delivers_each_part_to_its_target_only():
+    ex = tcp.RecordExchange("127.0.0.1")
+    try:
+        out: dict = {}
+        posts = {0: {1: b"0->1", 2: b"0->2"}, 1: {}, 2: {0: b"2->0", 1: b"2->1"}, 3: [(tcp.ALL, b"3->all")]}
+
+        def post(i):
+            out[i] = tcp.alltoall(ex.endpoint, 9, 0, i, 4, posts[i], timeout=10.0)
+
+        ts = [threading.Thread(target=post, args=(i,)) for i in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert out == {0: [(2, b"2->0"), (3, b"3->all")], 1: [(0, b"0->1"), (2, b"2->1"), (3, b"3->all")],
+                       2: [(0, b"0->2"), (3, b"3->all")], 3: [(3, b"3->all")]}
+        with pytest.raises(InsituError, match="bad request"):
+            tcp.alltoall(ex.endpoint, 9, 1, 0, 2, {5: b"to nobody"}, timeout=1.0)
+    finally:
+        ex.close()
+
+
 # --------------------------------------------------------------------------- across namespaces
 
 

@@ -562,16 +562,22 @@ def _rendezvous(directory: str, rnd: int, index: int, nparts: int, payload, time
 
 
 def _swap(exchange, rnd: int, index: int, nparts: int, payload, timeout: float) -> list:
-    """Every partition's `payload` of round `rnd`: through the driver's
-    :class:`~insitu.transports.tcp.RecordExchange` where `exchange` is ``(endpoint, job)``
-    (tasks on several nodes), else through files of the node's daemon directory."""
+    """The `payload` lists of round `rnd` (items ``(target gid, ...)``): through the
+    driver's :class:`~insitu.transports.tcp.RecordExchange` where `exchange` is
+    ``(endpoint, job, partition of a gid)`` (tasks on several nodes; each partition gets
+    only the items addressed to its blocks), else every partition's, through files of the
+    node's daemon directory."""
     if isinstance(exchange, str):
         return _rendezvous(exchange, rnd, index, nparts, payload, timeout)
     import pickle
 
-    ep, job = exchange
-    got = tcp.allgather(ep, job, rnd, index, nparts, pickle.dumps(payload, protocol=5), timeout=timeout)
-    return [pickle.loads(b) for b in got]  # from the driver, which sends the tasks their code anyway
+    ep, job, partition_of = exchange
+    by_part: dict[int, list] = {}
+    for item in payload:  # each slab's record goes to the partition of its target block only
+        by_part.setdefault(partition_of(item[0]), []).append(item)
+    got = tcp.alltoall(ep, job, rnd, index, nparts, {p: pickle.dumps(v, protocol=5) for p, v in by_part.items()},
+                       timeout=timeout)
+    return [pickle.loads(b) for _, b in got]  # from the driver, which sends the tasks their code anyway
 
 
 def _rounds_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component, kernel, function_name, args: tuple,
@@ -580,7 +586,7 @@ def _rounds_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component, kern
     stage: per round one package cuts, copies and caches the slabs on this partition's
     daemon (exported where the node has several daemons), the tasks swap the slabs'
     records through files in `exchange_dir` (:func:`_rendezvous`, the round's barrier;
-    the data stays in the daemons; with `exchange_dir` ``(endpoint, job)``, through the
+    the data stays in the daemons; with `exchange_dir` ``(endpoint, job, partitioner)``, through the
     driver's :class:`~insitu.transports.tcp.RecordExchange`: tasks on several nodes), and
     a second package appends the slabs addressed to these blocks (same daemon: by handle;
     another daemon of the node: mapped through shared memory or CUDA IPC; another node:

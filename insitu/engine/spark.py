@@ -469,7 +469,7 @@ class SparkEngine:
             # through the driver (tasks on several nodes).
             exchange: str | tuple = os.path.join(self.daemon_dir, "rounds", uuid.uuid4().hex[:12])
             if self._ctx.network:
-                exchange = (self._record_exchange().endpoint, uuid.uuid4().int >> 64)
+                exchange = (self._record_exchange().endpoint, uuid.uuid4().int >> 64, b.partitioner)
             rdd = b.rdd.barrier().mapPartitionsWithIndex(functools.partial(
                 _rounds_task, ctx=self._ctx, domain=domain, component=component, kernel=kernel,
                 function_name=function_name, args=tuple(args), launch=dict(launch), rounds=k,

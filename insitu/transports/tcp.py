@@ -12,8 +12,8 @@ server):
   and the array's bytes, received with ``recv_into`` straight into the destination
   NumPy buffer (no intermediate copy on either side for contiguous arrays).
 * :class:`RecordExchange`, run by the driver: the tasks of one barrier stage swap
-  their small records round by round (an all-gather through the driver); payloads are
-  opaque bytes to it.
+  their small records round by round, each record going only to the partition it is
+  addressed to (:func:`alltoall`); payloads are opaque bytes to it.
 
 Backpressure: one connection per (process, peer) carries one request at a time, or up to
 ``window`` pipelined requests (:func:`fetch_many`); the server sends with blocking
@@ -37,13 +37,14 @@ import socket
 import struct
 import threading
 import time
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from ..errors import InsituError, PeerTimeoutError
 
-__all__ = ["BlockServer", "Endpoint", "PeerUnreachableError", "RecordExchange", "allgather", "drop", "endpoint",
+__all__ = ["ALL", "BlockServer", "Endpoint", "PeerUnreachableError", "RecordExchange", "allgather", "alltoall", "drop",
+           "endpoint",
            "fetch", "fetch_many", "reset_stats", "start_server", "stats", "take"]
 
 _MAGIC, _XMAGIC = b"INB1", b"INX1"
@@ -52,8 +53,12 @@ _OPS = {_OP_GET: "get", _OP_TAKE: "take", _OP_DROP: "drop"}
 _MAX_DIMS = 8
 _REQ = struct.Struct("!4sB16sQ")  # magic, op, token, handle id
 _REP = struct.Struct(f"!4sB16sB{_MAX_DIMS}QQ")  # magic, status, dtype, ndim, shape, payload bytes
-_XREQ = struct.Struct("!4s16sQIIIdQ")  # magic, token, job, round, index, nparts, timeout s, payload bytes
+_XREQ = struct.Struct("!4s16sQIIIdI")  # magic, token, job, round, index, nparts, timeout s, parts
+_PART = struct.Struct("!IQ")  # target (or sender) partition, payload bytes
 _XREP = struct.Struct("!4sBQ")  # magic, status, count (or error bytes)
+_MAX_POST = 1 << 30  # bytes one partition may post per round
+#: The target of a :func:`alltoall` part addressed to every partition.
+ALL = 0xFFFFFFFF
 _LEN = struct.Struct("!Q")
 DEFAULT_TIMEOUT = 60.0
 
@@ -431,17 +436,20 @@ def drop(addr, handles: Iterable[Any], *, timeout: float = DEFAULT_TIMEOUT) -> N
 
 
 class RecordExchange:
-    """An all-gather of small payloads among the tasks of one stage, run by the driver.
+    """Swaps small payloads among the tasks of one stage, round by round; run by the driver.
 
-    Spark's own barrier ``allGather`` polls in one-second steps (measured: 1.0 s for any
-    round but the last task's), which would cost a second per halo round; this answers as
-    soon as the last partition posted. Payloads are opaque bytes (never unpickled here);
-    a request must carry :attr:`token`.
+    Each task posts, per round, payloads addressed to partitions (or to all of them) and
+    gets back, once every partition posted, those addressed to it in sender order: the
+    driver moves each record once in and once out per round (O(records), not O(P^2) as an
+    all-gather would). Spark's own barrier ``allGather`` polls in one-second steps
+    (measured: 1.0 s for any task but the last), which would cost a second per halo
+    round; this answers as soon as the last partition posted. Payloads are opaque bytes
+    (never unpickled here); a request must carry :attr:`token`.
 
     Parameters
     ----------
     host : str
-        Address to bind ("" or "0.0.0.0": all).
+        Address to bind ("0.0.0.0": all).
     advertise : str, optional
         The address tasks connect to (default `host`).
     """
@@ -451,7 +459,7 @@ class RecordExchange:
         self._sock = socket.create_server((host, port), backlog=256)
         self.address = (advertise or host, self._sock.getsockname()[1])
         self._cond = threading.Condition()
-        self._posted: dict[tuple[int, int], dict[int, bytes]] = {}
+        self._posted: dict[tuple[int, int], dict[int, list]] = {}
         self._served: dict[tuple[int, int], set] = {}
         self._thread = threading.Thread(target=self._serve, name="insitu-record-exchange", daemon=True)
         self._thread.start()
@@ -475,21 +483,28 @@ class RecordExchange:
             while True:
                 try:
                     _recv_exact(conn, memoryview(head))
-                    magic, token, job, rnd, index, nparts, timeout, n = _XREQ.unpack(head)
-                    if magic != _XMAGIC or not hmac.compare_digest(token, self.token) or index >= nparts \
-                            or n > 1 << 30:
+                    magic, token, job, rnd, index, nparts, timeout, count = _XREQ.unpack(head)
+                    parts, size = [], 0
+                    ok = magic == _XMAGIC and hmac.compare_digest(token, self.token) and index < nparts
+                    for _ in range(count if ok else 0):
+                        target, n = _PART.unpack(_recv_bytes(conn, _PART.size))
+                        size += n
+                        if size > _MAX_POST or (target >= nparts and target != ALL):
+                            ok = False
+                            break
+                        parts.append((target, _recv_bytes(conn, n)))
+                    if not ok:
                         msg = b"bad request (wrong protocol, token, partition or size)"
                         conn.sendall(_XREP.pack(_XMAGIC, 1, len(msg)) + msg)
                         return
-                    payload = _recv_bytes(conn, n)
-                    conn.sendall(self._gather((job, rnd), index, nparts, payload, timeout))
+                    conn.sendall(self._swap((job, rnd), index, nparts, parts, timeout))
                 except OSError:
                     return
 
-    def _gather(self, key: tuple[int, int], index: int, nparts: int, payload: bytes, timeout: float) -> bytes:
+    def _swap(self, key: tuple[int, int], index: int, nparts: int, parts: list, timeout: float) -> bytes:
         with self._cond:
             posted = self._posted.setdefault(key, {})
-            posted[index] = payload
+            posted[index] = parts
             self._cond.notify_all()
             done = self._cond.wait_for(lambda: len(self._posted.get(key, posted)) >= nparts, timeout)
             got = self._posted.get(key, posted)
@@ -498,13 +513,14 @@ class RecordExchange:
                 msg = (f"partition(s) {missing} did not reach round {key[1]} within {timeout:g} s (a task died, "
                        "or the stage's tasks do not all run at once)").encode()
                 return _XREP.pack(_XMAGIC, 1, len(msg)) + msg
-            parts = [got[i] for i in range(nparts)]
+            mine = [(sender, b) for sender in range(nparts) for target, b in got[sender]
+                    if target == index or target == ALL]
             served = self._served.setdefault(key, set())
             served.add(index)
-            if len(served) >= nparts:  # everyone has it: forget the round
+            if len(served) >= nparts:  # everyone has theirs: forget the round
                 self._posted.pop(key, None)
                 self._served.pop(key, None)
-        return _XREP.pack(_XMAGIC, 0, nparts) + b"".join(_LEN.pack(len(p)) + p for p in parts)
+        return _XREP.pack(_XMAGIC, 0, len(mine)) + b"".join(_PART.pack(sender, len(b)) + b for sender, b in mine)
 
     def close(self) -> None:
         try:
@@ -514,22 +530,28 @@ class RecordExchange:
         self._sock.close()
 
 
-def allgather(addr, job: int, rnd: int, index: int, nparts: int, payload: bytes, *,
-              timeout: float = DEFAULT_TIMEOUT) -> list[bytes]:
-    """Every partition's `payload` of round `rnd` of `job`, in partition order, through the
-    :class:`RecordExchange` at `addr` (``(host, port, token)``)."""
+def alltoall(addr, job: int, rnd: int, index: int, nparts: int, parts: Mapping[int, bytes] | Sequence[tuple], *,
+             timeout: float = DEFAULT_TIMEOUT) -> list[tuple[int, bytes]]:
+    """Round `rnd` of `job` through the :class:`RecordExchange` at `addr`: post `parts`
+    (``{target partition or ALL: payload}``, or such pairs) from partition `index` of
+    `nparts`; returns ``[(sender, payload)]`` addressed to this partition, in sender
+    order, once every partition posted (every one must post each round, if only ``{}``)."""
     ep = _as_endpoint(addr)
-    what = f"the record exchange of round {rnd}"
-    s = _conn(ep, timeout + 10.0, what)
+    items = list(parts.items()) if isinstance(parts, Mapping) else list(parts)
+    s = _conn(ep, timeout + 10.0, f"the record exchange of round {rnd}")
     try:
-        s.sendall(_XREQ.pack(_XMAGIC, _token_bytes(ep[2]), job, rnd, index, nparts, float(timeout), len(payload))
-                  + payload)
+        s.sendall(_XREQ.pack(_XMAGIC, _token_bytes(ep[2]), job, rnd, index, nparts, float(timeout), len(items))
+                  + b"".join(_PART.pack(t, len(b)) + bytes(b) for t, b in items))
         magic, status, count = _XREP.unpack(_recv_bytes(s, _XREP.size))
         if magic != _XMAGIC:
             raise PeerUnreachableError(f"tcp: the process at {ep.peer} is not insitu's record exchange")
         if status:
             raise InsituError(f"halo_iterate: {_recv_bytes(s, count).decode()}")
-        return [_recv_bytes(s, _LEN.unpack(_recv_bytes(s, _LEN.size))[0]) for _ in range(count)]
+        out = []
+        for _ in range(count):
+            sender, n = _PART.unpack(_recv_bytes(s, _PART.size))
+            out.append((sender, _recv_bytes(s, n)))
+        return out
     except TimeoutError:
         _forget(ep)
         raise PeerTimeoutError(f"tcp: the record exchange at {ep.peer} did not answer round {rnd} within "
@@ -538,9 +560,16 @@ def allgather(addr, job: int, rnd: int, index: int, nparts: int, payload: bytes,
         _forget(ep)
         raise PeerUnreachableError(f"tcp: the connection to the record exchange at {ep.peer} broke in round "
                                    f"{rnd}: {e} (the driver is gone?)") from None
-    except InsituError:
+    except Exception:
         _forget(ep)
         raise
+
+
+def allgather(addr, job: int, rnd: int, index: int, nparts: int, payload: bytes, *,
+              timeout: float = DEFAULT_TIMEOUT) -> list[bytes]:
+    """Every partition's `payload` of round `rnd` of `job`, in partition order (an
+    :func:`alltoall` whose payloads go to all)."""
+    return [b for _, b in alltoall(addr, job, rnd, index, nparts, [(ALL, payload)], timeout=timeout)]
 
 
 def wait_listening(host: str, port: int, timeout: float = 10.0) -> None:

@@ -1,0 +1,129 @@
+"""Benchmark (CPU, no GPU needed): halo iteration across "hosts" over veth TCP (issue 26).
+
+    python tests/gpu/bench_cross_host.py [--n 128] [--iterations 30] [--per-job 10] [--md docs/BENCHMARKS.md]
+
+Needs root (it makes Linux network, mount and UTS namespaces: tests/netns.py) and Java.
+Two namespace hosts, each a Spark standalone worker of 2 cores; the master and the driver
+in this process's namespace, joined to the hosts by veth links through a bridge. A domain
+of four ``n^3`` float64 blocks (2 x 2 x 1), one per partition, two partitions per host;
+``SparkEngine.halo_iterate(..., per_job=10)``: per iteration each task cuts its blocks'
+halo slabs on its daemon, the records go through the driver, the daemons take the slabs of
+the other host over TCP. Kernels: ``touch`` (nothing: the exchange alone) and ``jacobi``
+(a 7-point sweep in NumPy).
+
+Reported per iteration (after one warm-up job): wall time (amortized over the jobs), bytes
+that crossed the hosts' links (both directions, all traffic: halos, records, Spark's own),
+and the halo surface that had to cross (the slabs addressed to a block of the other host,
+computed from the domain), against one block's bytes. The one-host row runs the same job
+in ``local[4]`` with two CPU daemons (slabs between them through shared memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, TESTS)
+from benchutil import commit, emit, host  # noqa: E402
+
+import netns  # noqa: E402
+
+
+def _surface(dom, nodes: dict) -> tuple[int, int]:
+    """(bytes of the slabs addressed to a block on another node, all slabs' bytes), per iteration."""
+    import numpy as np
+
+    from insitu.pool.halo import extract_halo
+
+    cross = total = 0
+    for gid in range(dom.nblocks):
+        slabs = extract_halo(np.zeros(dom.block(gid).padded_shape), gid, dom)
+        for (n, _), s in slabs.items():
+            total += s.nbytes
+            cross += s.nbytes if nodes[n] != nodes[gid] else 0
+    return cross, total
+
+
+def _run(eng, dom, kernel, n_it: int, per_job: int, links) -> tuple[float, float, dict]:
+    blocks = eng.blocks(netns.jacobi_block, 4, keys=range(4), args=(dom.dims, 4)).cache_gpu()
+    blocks = eng.halo_iterate(blocks, kernel, per_job, domain=dom, per_job=per_job)  # warm-up job
+    before = [link() for link in links]
+    t0 = time.perf_counter()
+    out = eng.halo_iterate(blocks, kernel, n_it, domain=dom, per_job=per_job)
+    dt = time.perf_counter() - t0
+    after = [link() for link in links]
+    moved = sum((a[0] - b[0]) + (a[1] - b[1]) for a, b in zip(after, before)) / 2  # each byte: tx here, rx there
+    nodes = {s[0]: s[2].node for s in out.rdd.collect()}
+    out.drop_gpu()
+    return dt / n_it * 1e3, moved / n_it, nodes
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=128, help="block edge (cells)")
+    ap.add_argument("--iterations", type=int, default=30)
+    ap.add_argument("--per-job", type=int, default=10)
+    ap.add_argument("--md", default=None, help="append the table to this Markdown file")
+    args = ap.parse_args(argv)
+    why = netns.unavailable()
+    if why:
+        print(f"cannot make namespace hosts: {why}")
+        return 1
+    from insitu import Domain
+    from insitu.engine.spark import SparkEngine
+
+    dims = (2 * args.n, 2 * args.n, args.n)
+    dom = Domain.create(dims, nblocks=4, ghost=1)
+    block_bytes = 8 * math.prod(dom.block(0).padded_shape)
+    rows = []
+    with tempfile.TemporaryDirectory() as logs, netns.Hosts(2) as hosts, \
+            netns.spark_cluster(hosts, log_dir=logs, host_env=netns.spark_hosts_env) as url:
+        eng = netns.cluster_engine(hosts, url, timeout=300)
+        try:
+            for name, k in (("touch", netns.touch), ("jacobi", netns.jacobi)):
+                ms, moved, nodes = _run(eng, dom, k, args.iterations, args.per_job,
+                                        [h.link_bytes for h in hosts])
+                cross, total = _surface(dom, nodes)
+                rows.append((f"2 hosts x 2 partitions, veth TCP ({name})", ms, moved, cross, total))
+                print(rows[-1], flush=True)
+        finally:
+            eng.stop()
+    # The first context left its driver address in the JVM's properties: name this one's.
+    eng = SparkEngine("local[4]", cpu_daemons=2, timeout=300,
+                      conf={"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    try:
+        for name, k in (("touch", netns.touch), ("jacobi", netns.jacobi)):
+            ms, _, _ = _run(eng, dom, k, args.iterations, args.per_job, [])
+            rows.append((f"1 host, local[4], 2 daemons, shared memory ({name})", ms, None, None, None))
+            print(rows[-1], flush=True)
+    finally:
+        eng.stop()
+    lines = [
+        f"### Halo iteration across hosts: {args.n}^3 float64 blocks, 2 x 2 x 1, per_job={args.per_job} "
+        f"(issue 26)", "",
+        f"Device: {host()} (CPU only, shared with other jobs: noisy); date "
+        f"{datetime.date.today().isoformat()}; commit {commit()}; command "
+        f"`sudo python tests/gpu/bench_cross_host.py --n {args.n} --iterations {args.iterations} "
+        f"--per-job {args.per_job}`. One block: {block_bytes / 1e6:.1f} MB.", "",
+        "| run | ms / iteration | bytes over the links / iteration | halo surface crossing hosts / iteration "
+        "| all halo slabs / iteration |",
+        "|---|---:|---:|---:|---:|"]
+    def fmt(v):
+        return "" if v is None else f"{v / 1e6:.3f} MB"
+
+    for name, ms, moved, cross, total in rows:
+        lines.append(f"| {name} | {ms:.1f} | {fmt(moved)} | {fmt(cross)} | {fmt(total)} |")
+    emit("\n".join(lines) + "\n", args.md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
