@@ -217,12 +217,12 @@ _COLOR_TABLE = {
               _colormap.PRESETS) + ") or VTK-m's presets as Ascent names them (" + ", ".join(_colormap.PRESETS)
               + "), any case, spaces ignored", "viridis"),
     "control_points": P("control_points", "Ascent's control points, positions in [0, 1] of the colour range: a "
-                        "list of {type: rgb, position, color: [r, g, b]} and {type: alpha, position, alpha}, or "
-                        "{position: [...], r: [...], g: [...], b: [...], a: [...]}. Without a name the rgb points "
-                        "replace the colours of Ascent's default table (VTK-m's Cool to Warm: interpolated in its "
-                        "diverging space, white between distinct hues); with a name they are added to its points "
-                        "(in its colour space). Alpha points are a volume plot's opacity over the colour range "
-                        "(reached over one world unit, as opacity)"),
+                        "list of {type: rgb, position, color: [r, g, b]} (or r, g, b keys) and {type: alpha, "
+                        "position, alpha}, or {position: [...], r: [...], g: [...], b: [...], a: [...]}. Without a "
+                        "name the rgb points replace the colours of Ascent's default table (VTK-m's Cool to Warm: "
+                        "interpolated in its diverging space, white between distinct hues); with a name they are "
+                        "added to its points (in its colour space). Alpha points are a volume plot's opacity over "
+                        "the colour range (reached over one world unit, as opacity)"),
     "reverse": P("bool", "the colours reversed (Ascent's \"true\"/\"false\" accepted)", False),
     "annotation": P("bool", "Ascent's colour bar switch: accepted; insitu draws the legend where the render's "
                     "annotations ask"),
@@ -914,18 +914,22 @@ def _control_points(value, path: str, problems: list[str]) -> dict:
         for n, peg in enumerate(value):
             where = f"{path}[{n}]"
             if not isinstance(peg, Mapping) or peg.get("type") not in ("rgb", "alpha"):
-                problems.append(f"{where}: expected {{type: rgb, position, color: [r, g, b]}} or {{type: alpha, "
-                                f"position, alpha}}, got {_short(peg)}")
+                problems.append(f"{where}: expected {{type: rgb, position, color: [r, g, b]}} (or r, g, b) or "
+                                f"{{type: alpha, position, alpha}}, got {_short(peg)}")
                 continue
-            want = ("type", "position", "color") if peg["type"] == "rgb" else ("type", "position", "alpha")
+            want = ("type", "position", "color", "r", "g", "b") if peg["type"] == "rgb" else \
+                ("type", "position", "alpha")
             extra = [k for k in peg if k not in want]
             if extra:
                 problems.append(f"{where}: unknown key {extra[0]!r}; known: {', '.join(want)}")
             x = number(peg.get("position"), f"{where}/position", 0.0, 1.0)
             if peg["type"] == "rgb":
                 c = peg.get("color")
+                if c is None and any(k in peg for k in "rgb"):  # also as separate r, g, b
+                    c = [peg.get(k) for k in "rgb"]
                 if not (isinstance(c, list) and len(c) == 3 and all(is_real(v) for v in c)):
-                    problems.append(f"{where}/color: expected three numbers [r, g, b], got {_short(c)}")
+                    problems.append(f"{where}/color: expected three numbers [r, g, b] (or keys r, g, b), got "
+                                    f"{_short(c)}")
                 elif x is not None:
                     rgb.append([x, *(clamp(float(v)) for v in c)])
             else:

@@ -439,9 +439,9 @@ def vtk_table(points, t, space):
     ("""            name: "Jet"
             control_points:
               - {type: "rgb", position: 0.0, color: [0.1, 0.0, 0.7]}
-              - {type: "rgb", position: 0.3, color: [0.8, 0.1, 0.0]}
+              - {type: "rgb", position: 0.3, r: 0.8, g: 0.1, b: 0.0}
               - {type: "rgb", position: 1.0, color: [0.0, 0.6, 0.1]}
-""", "jet"),  # added to Jet's points, in Jet's RGB space
+""", "jet"),  # added to Jet's points, in Jet's RGB space (a point's colour also as r, g, b keys)
     ("""            name: "cool to warm"
 """, "preset"),
 ])
