@@ -113,10 +113,10 @@ class VolumePlot:
 class MeshPlot:
     """A mesh plot (Ascent's ``type: mesh``): the edges of the outer surface's cells, one pixel
     wide in `color`. A grid's are its box's grid lines (built on the host from the shape
-    alone; on a device, uploaded once: render.colormap.device_copy caches by contents); a
-    mesh of cells at indices `mesh` (points, connectivity, offsets, types) has them found
-    where its arrays are (render.cells.edges), ghost cells at index `hidden` left out. `like`
-    is the index of an array of the domain, whose device the lines are drawn on (None: host)."""
+    alone, kept by :class:`Renderers`: on a device, uploaded once); a mesh of cells at
+    indices `mesh` (points, connectivity, offsets, types) has them found where its arrays
+    are (render.cells.edges), ghost cells at index `hidden` left out. `like` is the index
+    of an array of the domain, whose device the lines are drawn on (None: host)."""
 
     color: tuple[float, float, float]
     mesh: tuple[int, int, int, int] | None = None
@@ -203,14 +203,34 @@ class DomainImage:
 
 class Renderers:
     """What drawing keeps between steps in one thread: surface renderers by image size
-    (their GL contexts and buffers) and transfer functions by their settings (their
-    tables go to the device once, not every step)."""
+    (their GL contexts and buffers), transfer functions by their settings (their tables
+    go to the device once, not every step) and grids' lines for mesh plots."""
 
     MAX_TRANSFER_FUNCTIONS = 16
+    MAX_GRID_LINES = 16
 
     def __init__(self) -> None:
         self._surfaces: dict = {}
         self._tfs: dict = {}
+        self._lines: dict = {}
+
+    def grid_lines(self, shape: tuple[int, int, int], spacing, origin, device: int | None):
+        """``(verts (V, 3) float32, segments (S, 2) int32)``: the edges of the box of a grid of
+        `shape` nodes (render.cells.edges.grid_edges) placed at `origin` with `spacing`, on
+        CUDA `device` (None: host), made and uploaded once per grid and device."""
+        key = (tuple(shape), tuple(spacing), tuple(origin), device)
+        lines = self._lines.get(key)
+        if lines is None:
+            from render.cells.edges import grid_edges
+
+            nodes, segs = grid_edges(shape)
+            verts = (nodes * np.asarray(spacing) + np.asarray(origin)).astype(np.float32)
+            if device is not None:
+                verts, segs = arrays.to_device(verts, device=device), arrays.to_device(segs, device=device)
+            if len(self._lines) >= self.MAX_GRID_LINES:
+                self._lines.pop(next(iter(self._lines)))
+            lines = self._lines[key] = (verts, segs)
+        return lines
 
     def surface(self, width: int, height: int):
         """The :class:`render.surface.SurfaceRenderer` for images of this size."""
@@ -243,8 +263,8 @@ class Renderers:
         return tf
 
     def close(self) -> None:
-        """Release the surface renderers (GL contexts); transfer functions are dropped."""
-        surfaces, self._surfaces, self._tfs = self._surfaces, {}, {}
+        """Release the surface renderers (GL contexts); transfer functions and grid lines are dropped."""
+        surfaces, self._surfaces, self._tfs, self._lines = self._surfaces, {}, {}, {}
         for r in surfaces.values():
             r.close()
 
@@ -298,13 +318,17 @@ def draw_domain(fields: Sequence[Any], spec: DomainSpec, view: View, *, renderer
         if isinstance(plot, (SurfacePlot, CellSurfacePlot, MeshPlot)):
             if isinstance(plot, MeshPlot):
                 with prof.stage("render"):
-                    drawn = [_mesh_lines(fields, spec, plot, view)]
+                    drawn = [_mesh_lines(fields, spec, plot, view, renderers)]
             else:
                 with prof.stage("contour"):
                     meshes = (_grid_meshes if isinstance(plot, SurfacePlot) else _cell_meshes)(fields, spec, plot)
                 drawn = []
                 for verts, faces, normals, vals in meshes:
                     if len(faces) == 0:
+                        continue
+                    if faces.shape[1] == 2:  # a contour or slice of 2-D cells: lines
+                        with prof.stage("render"):
+                            drawn.append(_lines(verts, faces, vals, plot, view))
                         continue
                     with prof.stage("render"):
                         rgba, depth = renderers.surface(w, h).render(verts, faces, normals, vals, camera=view.camera,
@@ -367,20 +391,14 @@ def _grid_meshes(fields: Sequence[Any], spec: DomainSpec, plot: SurfacePlot) -> 
     return out
 
 
-def _mesh_lines(fields: Sequence[Any], spec: DomainSpec, plot: MeshPlot, view: View):
+def _mesh_lines(fields: Sequence[Any], spec: DomainSpec, plot: MeshPlot, view: View, renderers: Renderers):
     """(rgba, depth) of a mesh plot's edges in one domain."""
     from render.raster import rasterize_lines
 
-    if plot.mesh is None:
-        from render.cells.edges import grid_edges
-        from render.colormap import device_copy
-
+    if plot.mesh is None:  # the same lines every step: kept (and uploaded) once
         (i0, j0, k0), (i1, j1, k1) = spec.cells
-        nodes, segs = grid_edges((i1 - i0 + 1, j1 - j0 + 1, k1 - k0 + 1))
-        verts = (nodes * np.asarray(spec.spacing) + np.asarray(spec.node_origin)).astype(np.float32)
-        dev = None if plot.like is None else arrays.device_id(fields[plot.like])
-        if dev is not None:  # the same lines every step: uploaded once (cached by contents)
-            verts, segs = device_copy(verts, dev), device_copy(segs, dev)
+        verts, segs = renderers.grid_lines((i1 - i0 + 1, j1 - j0 + 1, k1 - k0 + 1), spec.spacing, spec.node_origin,
+                                           None if plot.like is None else arrays.device_id(fields[plot.like]))
     else:
         from render.cells.edges import cell_edges
 
@@ -425,11 +443,20 @@ def _cell_meshes(fields: Sequence[Any], spec: DomainSpec, plot: CellSurfacePlot)
     keep = check_hidden(mesh, None if plot.hidden is None else fields[plot.hidden])
     out = []
     for c in parts:
-        if c.faces.ndim == 2 and c.faces.shape[1] == 2:
-            raise ValueError("a contour of a 2-D mesh is lines, which pseudocolor plots do not draw yet")
         faces = c.faces if keep is None else c.faces[keep[c.cells]]
-        out.append((c.vertices, faces, vertex_normals(c.vertices, faces), c.values))
+        lines = faces.shape[1] == 2  # from 2-D cells
+        out.append((c.vertices, faces, None if lines else vertex_normals(c.vertices, faces), c.values))
     return out
+
+
+def _lines(verts, segs, vals, plot: CellSurfacePlot, view: View):
+    """(rgba, depth) of a pseudocolor plot's line segments (contours of 2-D cells)."""
+    from render.raster import rasterize_lines
+
+    xp = arrays.get_array_module(verts)
+    return rasterize_lines(xp.ascontiguousarray(verts, dtype=xp.float32), xp.ascontiguousarray(segs, dtype=xp.int32),
+                           view.camera, view.bounds, view.width, view.height, (1.0, 1.0, 1.0), values=vals,
+                           vmin=plot.lo, vmax=max(plot.hi, plot.lo + 1e-12), colormap=plot.colormap)
 
 
 def _cell_volume(fields: Sequence[Any], plot: CellVolumePlot, view: View, tf):
