@@ -695,8 +695,10 @@ def describe_domain(plots: Sequence[tuple], i: int, domain) -> tuple[list, Domai
                 mesh, hidden = mesh_of(ds)
                 specs.append(MeshPlot(color, mesh, hidden))  # type: ignore[arg-type]
             else:
-                some = next((f.values for f in d.fields.values()), None)  # only its device matters: not converted
-                specs.append(MeshPlot(color, like=None if some is None else put((id(ds), "\0like"), lambda: some)))
+                some = next((f.values for f in d.fields.values()), None)
+                # only its device matters: one element of it (a view), so an engine that moves blocks moves little
+                like = None if some is None else put((id(ds), "\0like"), lambda: some[(slice(0, 1),) * some.ndim])
+                specs.append(MeshPlot(color, like=like))
             continue
         if p["type"] == "pseudocolor" and not field:
             raise ValueError(f"plot {pname}: needs a field to colour by (a slice or the mesh itself has none "

@@ -313,3 +313,34 @@ def test_a_rectilinear_grid_is_ray_cast_directly(tmp_path, monkeypatch):
     assert a[..., 3].mean() > 10
     # the same field on the same box; only the default step differs (half the finest gap)
     assert np.abs(a - b).mean() < 1.5
+
+
+def test_a_contour_of_2d_cells_is_drawn_as_lines_in_the_colormap(tmp_path):
+    """The radius on a 2-D quad mesh contoured at 0.5: one-pixel lines on the projected circle,
+    each in matplotlib's viridis at the level (the contour's values all equal it)."""
+    mpl = pytest.importorskip("matplotlib")
+    g = grid_cells(np.linspace(-1.0, 1.0, 41), np.linspace(-1.0, 1.0, 41))
+    mesh = unstructured(g.points[:, :2], g.connectivity, "quad", {"r": radius(g.points)})
+    level, lo, hi, w = 0.5, 0.0, 1.5, 96
+    cam = {"position": [0.0, 0.0, 4.0], "look_at": [0.0, 0.0, 0.0], "up": [0.0, 1.0, 0.0], "fov": 40.0}
+    cfg = {"pipelines": {"c": {"f": {"type": "contour", "params": {"field": "r", "iso_values": [level]}}}},
+           "scenes": {"s": {"plots": {"p": {"type": "pseudocolor", "pipeline": "c", "field": "r",
+                                            "min_value": lo, "max_value": hi, "color_table": {"name": "viridis"}}},
+                            "renders": {"r": {"image_width": w, "image_height": w, "camera": cam,
+                                              "bg_color": [0, 0, 0, 0], "image_prefix": str(tmp_path / "l_%04d")}}}}}
+    with adaptors.Adaptor(cfg) as a:
+        assert a.execute(0, 0.0, mesh), a.results()["errors"]
+    from render.image import read_png
+
+    img = read_png(tmp_path / "l_0000.png").astype(np.float64)
+    on = img[..., 3] > 127
+    rows, cols = np.nonzero(on)
+    # pixel centres back to the plane z = 0: the camera looks straight down at the origin
+    scale = 4.0 * math.tan(math.radians(20.0))
+    x = ((cols + 0.5) / w * 2 - 1) * scale
+    y = (1 - (rows + 0.5) / w * 2) * scale
+    px = 2 * scale / w
+    assert len(rows) > 0.8 * (2 * math.pi * level / px)  # the whole circle
+    assert np.abs(np.hypot(x, y) - level).max() < 1.5 * px
+    want = np.asarray(mpl.colormaps["viridis"]((level - lo) / (hi - lo))[:3]) * 255
+    assert np.abs(img[on, :3] - want).max() <= 3.0

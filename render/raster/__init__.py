@@ -73,8 +73,9 @@ def rasterize(verts, faces, normals, values, params: dict, width: int, height: i
     return rgba, depth
 
 
-def rasterize_lines(verts, segments, camera, bounds, width: int, height: int, color, *, bias: float = LINE_BIAS):
-    """Draw line segments one pixel wide, unlit, in `color`.
+def rasterize_lines(verts, segments, camera, bounds, width: int, height: int, color, *, bias: float = LINE_BIAS,
+                    values=None, vmin: float = 0.0, vmax: float = 1.0, colormap: str = "viridis"):
+    """Draw line segments one pixel wide, unlit, in `color` (or coloured by `values`).
 
     Parameters
     ----------
@@ -87,11 +88,15 @@ def rasterize_lines(verts, segments, camera, bounds, width: int, height: int, co
         Stored as an RGBA8 framebuffer would (rounded to 1/255).
     bias : float
         Depths are stored times ``1 - bias``: a surface's own edges pass its depth test.
+    values : (V,) array, optional
+        A field at the vertices (on their backend): each segment is drawn in the colour
+        of its ends' mean under `colormap` from `vmin` to `vmax` (a pixel shows the
+        segment nearest to the eye there), `color` is then not used.
 
     Returns
     -------
     rgba : (height, width, 4) float32
-        `color` with alpha 1 on the lines, zeros elsewhere; on the segments' backend.
+        The lines' colour with alpha 1 on them, zeros elsewhere; on the segments' backend.
     depth : (height, width) float32
         ``inf`` off the lines.
     """
@@ -120,6 +125,16 @@ def rasterize_lines(verts, segments, camera, bounds, width: int, height: int, co
             _gpu.render_lines(verts, segments, params, width, height, float(bias), keys)
     hit = keys != np.uint64(0xFFFFFFFFFFFFFFFF)
     depth = xp.where(hit, (keys >> np.uint64(32)).astype(xp.uint32).view(xp.float32), xp.float32(np.inf))
+    if values is not None:
+        from ..colormap import colormap as colour_of
+
+        # each pixel's segment is the low half of its key
+        seg = (keys & np.uint64(0xFFFFFFFF)).astype(xp.int64)[hit]
+        mean = 0.5 * (values[segments[seg, 0]].astype(xp.float64) + values[segments[seg, 1]])
+        rgba = xp.zeros((height, width, 4), xp.float32)
+        rgba[hit] = colour_of(colormap, mean, vmin, vmax)
+        rgba[..., 3] = hit
+        return rgba, depth
     rgba = xp.zeros((height, width, 4), xp.float32)
     for a, v in enumerate(np.round(np.clip(c, 0, 1) * 255) / 255):  # scalars: nothing is uploaded
         rgba[..., a] = xp.where(hit, xp.float32(v), xp.float32(0))

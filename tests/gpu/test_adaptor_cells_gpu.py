@@ -74,3 +74,32 @@ def test_device_frames_look_like_host_frames(tmp_path, scene):
     # the device rasterizer and OpenGL differ at pixel edges, not in what they draw
     assert ((host[..., 3] > 127) != (dev[..., 3] > 127)).mean() < 0.02
     assert np.abs(host - dev).mean() < 4.0
+
+
+def test_a_contour_of_2d_cells_draws_the_same_lines_on_the_device(tmp_path):
+    from render.image import read_png
+
+    g = grid_cells(np.linspace(-1.0, 1.0, 41), np.linspace(-1.0, 1.0, 41))
+    r = np.sqrt((g.points ** 2).sum(axis=1))
+    cam = {"position": [0.0, 0.0, 4.0], "look_at": [0.0, 0.0, 0.0], "fov": 40.0}
+    imgs = []
+    for xp in (np, cp):
+        cfg = {"pipelines": {"c": {"f": {"type": "contour", "params": {"field": "r", "iso_values": [0.3, 0.7]}}}},
+               "scenes": {"s": {"plots": {"p": {"type": "pseudocolor", "pipeline": "c", "field": "r",
+                                                "min_value": 0.0, "max_value": 1.5}},
+                                "renders": {"r": {"image_width": 96, "image_height": 96, "camera": cam,
+                                                  "bg_color": [0, 0, 0, 0],
+                                                  "image_prefix": str(tmp_path / f"{xp.__name__}_%04d")}}}}}
+        m = unstructured(xp.asarray(g.points[:, :2]), xp.asarray(g.connectivity), "quad", {"r": xp.asarray(r)})
+        with adaptors.Adaptor(cfg) as a:
+            assert a.execute(0, 0.0, m), a.results()["errors"]
+            if xp is cp:
+                with insitu.count_transfers() as c:
+                    assert a.execute(1, 0.1, m), a.results()["errors"]
+                assert c.calls == 0, c.stats
+        imgs.append(read_png(tmp_path / f"{xp.__name__}_0000.png").astype(np.float64))
+    host, dev = imgs
+    assert (host[..., 3] > 127).mean() > 0.005
+    on_h, on_d = host[..., 3] > 127, dev[..., 3] > 127
+    assert (on_h != on_d).mean() < 0.002  # the line rasterizers' rounding may move a pixel
+    assert np.abs(host[on_h & on_d] - dev[on_h & on_d]).max() <= 3.0
