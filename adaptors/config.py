@@ -223,7 +223,8 @@ _COLOR_TABLE = {
                         "interpolated in its diverging space, white between distinct hues); with a name they are "
                         "added to its points (in its colour space). Alpha points are a volume plot's opacity over "
                         "the colour range (reached over one world unit, as opacity)"),
-    "reverse": P("bool", "the colours reversed (Ascent's \"true\"/\"false\" accepted)", False),
+    "reverse": P("bool", "the colours reversed, alphas kept (without a name: Ascent's default table's, Cool to "
+                 "Warm; Ascent's \"true\"/\"false\" accepted)", False),
     "annotation": P("bool", "Ascent's colour bar switch: accepted; insitu draws the legend where the render's "
                     "annotations ask"),
     "opacity": P("opacity", "volume plots: [value, opacity] control points; opacity is reached over one world "

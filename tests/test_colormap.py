@@ -79,6 +79,8 @@ def test_compose_follows_ascent():
     np.testing.assert_allclose(cm.table(r)[[0, -1]], [[0, 0, 0], [1, 1, 1]])
     np.testing.assert_allclose(cm.alpha_points(r), [[0, 1], [0.5, 0.2], [1, 1]])
     assert cm.alpha_points("viridis") is None and cm.compose("JET") == "Jet"
+    # reverse alone, without a name: Ascent's default table reversed
+    np.testing.assert_allclose(cm.table(cm.compose(None, reverse=True)), cm.table("Cool to Warm")[::-1], atol=1e-5)
     with pytest.raises(ValueError, match=r"positions must lie in \[0, 1\]"):
         cm.compose(None, [[1.5, 0, 0, 0]])
     with pytest.raises(ValueError, match="rows of 4 numbers"):
