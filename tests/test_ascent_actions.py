@@ -564,7 +564,8 @@ def test_mesh_plot_over_a_pseudocolor_plot_and_of_a_pipeline(tmp_path):
     # the front face's grid lines over the surface (z = 1 is nearest), its inside coloured as alone
     t, inside = front_face_t(48, 48)
     assert line[inside].mean() > 0.05 and (both[inside & ~line] == alone[inside & ~line]).all()
-    text = f"""
+    mesh_of_pl1 = '        p1:\n          type: "mesh"\n          pipeline: "pl1"\n'
+    text = """
 -
   action: "add_pipelines"
   pipelines:
@@ -575,8 +576,7 @@ def test_mesh_plot_over_a_pseudocolor_plot_and_of_a_pipeline(tmp_path):
           field: "T"
           min_value: 2.5
           max_value: 3.0
-{scene('        p1:{nl}          type: "mesh"{nl}          pipeline: "pl1"{nl}'.format(nl=chr(10)), FRONT,
-       name=tmp_path / "kept")}"""
+""" + scene(mesh_of_pl1, FRONT, name=tmp_path / "kept")
     kept = image(tmp_path, text, "kept", grid(5)[0])  # the kept cells: x from 0.5 to 1, a quarter of the face
     klines = (kept[..., :3] == 0).all(-1)
     # (its side x = 0.5 is seen, between t = 0.68 and 0.75, from the camera at x = 0)
