@@ -142,11 +142,13 @@ class Hosts:
             _sh("ip", "-n", netns, "link", "set", "eth0", "up")
             for f in (mnt, uts):
                 open(f, "w").close()
-            # Own /tmp and /dev/shm (no socket, directory or segment of another host shows)
-            # and hostname; the namespaces stay (bound to the files) for nsenter.
+            # Own /tmp and /dev/shm (no socket, directory or segment of another host shows),
+            # hostname, and /etc/hosts naming it (Java looks its own name up); the
+            # namespaces stay (bound to the files) for nsenter.
             _sh("unshare", f"--mount={mnt}", f"--uts={uts}", "--propagation", "private", "sh", "-c",
                 f"mount -t tmpfs -o mode=1777 tmpfs /tmp && mount -t tmpfs -o mode=1777 tmpfs /dev/shm && "
-                f"hostname {name}")
+                f"hostname {name} && printf '127.0.0.1 localhost\\n{ip} {name}\\n' > /tmp/.hosts && "
+                "mount --bind /tmp/.hosts /etc/hosts")
             self._made.append(("umount", mnt))
             self._made.append(("umount", uts))
             self.hosts.append(Host(name, netns, ip, "eth0", mnt, uts))
