@@ -173,6 +173,79 @@ def test_record_exchange_delivers_each_part_to_its_target_only():
         ex.close()
 
 
+# --------------------------------------------------------------------------- the network engine on one host
+
+
+@pytest.fixture(scope="module")
+def net_engine():
+    pytest.importorskip("pyspark", reason="PySpark is a dependency of insitu (pip install pyspark)")
+    from spark_needs import require_java
+
+    require_java()
+    from insitu.engine.spark import SparkEngine
+
+    e = SparkEngine("local[2]", app_name="insitu-test-cross-host", network=True, timeout=60)
+    try:
+        yield e
+    finally:
+        e.stop()
+
+
+def test_network_engine_records_name_their_node_and_halo_iterate_uses_the_driver_exchange(net_engine):
+    from insitu import Domain
+
+    eng = net_engine
+    dims = (16, 16, 8)
+    dom = Domain.create(dims, nblocks=4, ghost=1)
+    blocks = eng.blocks(jacobi_block, 2, keys=range(4), args=(dims, 4)).cache_gpu()
+    recs = [s[2] for s in blocks.rdd.collect()]
+    assert {r.node for r in recs} == {node_id(eng.daemon_dir)}
+    assert all(r.addr is not None and len(r.addr) == 3 for r in recs)
+    out = eng.halo_iterate(blocks, jacobi, 5, domain=dom, per_job=2)
+    assert eng._exchange is not None  # the records went through the driver, not the daemon directory
+    assert not os.path.exists(os.path.join(eng.daemon_dir, "rounds")) or not os.listdir(
+        os.path.join(eng.daemon_dir, "rounds"))
+    np.testing.assert_array_equal(dom.assemble(out.recv_gpu()), jacobi_reference(dims, 5))
+    out.drop_gpu()
+
+
+def test_blocks_of_another_node_are_fetched_and_dropped_over_tcp(net_engine):
+    # Records that say "another node": the task cannot use their sockets, so its daemon
+    # fetches the blocks from the holding daemon's TCP endpoint, and drops go there too.
+    import dataclasses
+
+    from insitu.engine._spark_tasks import _fetch
+    from insitu.pool import DaemonWorker, Package
+
+    eng = net_engine
+    data = {k: np.random.default_rng(k).random((6, 5, 4)) for k in range(4)}
+    blocks = eng.blocks(data, 2).cache_gpu()
+    recs = [s[2] for s in blocks.rdd.collect()]
+    away = [dataclasses.replace(r, node="elsewhere:/x") for r in recs]
+    w = DaemonWorker(eng.daemons()[0], timeout=20)
+    pkg = Package()
+    pkg.add("recv", pkg.add("exec", tcp.stats, None, ()))
+    before = w.run(pkg)[0]["bytes_sent"]
+    got = eng.adopt(away, 1).exec_gpu(jacobi).recv_gpu()
+    assert all(np.array_equal(got[k], jacobi(data[k].copy())) for k in range(4))
+    assert w.run(pkg)[0]["bytes_sent"] - before == sum(a.nbytes for a in data.values())
+    with pytest.raises(Exception, match=r"InsituError: unpersist: block 0 lives on node elsewhere:/x"):  # via Spark
+        eng.adopt(away, 1).unpersist_gpu()
+    eng.adopt(away, 2).drop_gpu()  # over tcp: the handles are gone from the daemon
+    with pytest.raises(InsituError, match=r"refused block 0.*KeyError"):
+        _fetch(recs[0].addr, recs[0].handle, 0, False)
+    assert w.stats().cache.resident_entries == 0
+
+
+def test_located_rdd_prefers_the_named_hosts(net_engine):
+    from insitu.engine.spark import located_rdd
+
+    r = located_rdd(net_engine.sc, [[(1, "a")], [(2, "b"), (3, "c")]], [["10.26.0.2"], ["10.26.0.3", "hostx"]])
+    jr = r._jrdd.rdd()
+    assert [jr.preferredLocations(p).mkString(",") for p in jr.partitions()] == ["10.26.0.2", "10.26.0.3,hostx"]
+    assert r.glom().collect() == [[[(1, "a")]], [[(2, "b"), (3, "c")]]]
+
+
 # --------------------------------------------------------------------------- across namespaces
 
 
