@@ -20,6 +20,10 @@ on compositing) overrides it: :func:`check_override` vets such an argument,
 pair agree (from what all ranks told, so that ends that differ fail alike everywhere).
 :func:`open_transports` opens the transports of one communication pattern.
 :func:`get_transport` answers an unknown name with the known ones.
+
+Between the worker daemons of different hosts (the Spark engine with ``network=True``),
+host blocks travel over TCP: :mod:`insitu.transports.tcp` (a block server per daemon,
+and the driver's record exchange); it is not one of the per-rank transports above.
 """
 
 from __future__ import annotations
