@@ -93,6 +93,23 @@ class Host:
     def pids(self) -> list[int]:
         return [int(p) for p in _sh("ip", "netns", "pids", self.netns, check=False).stdout.split()]
 
+    def kill(self) -> int:
+        """SIGKILL every process of this host (a host that dies; its address stays, refusing
+        connections). Returns how many were killed."""
+        n = 0
+        for _ in range(3):
+            pids = self.pids()
+            if not pids:
+                break
+            for p in pids:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                    n += 1
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
+        return n
+
 
 class Hosts:
     """`n` namespace hosts on one bridge, this process at :attr:`gateway`; a context manager."""
@@ -169,16 +186,7 @@ class Hosts:
     def close(self) -> None:
         """Kill every process of the hosts, delete namespaces and links (never raises)."""
         for h in self.hosts:
-            for _ in range(3):
-                pids = h.pids()
-                if not pids:
-                    break
-                for p in pids:
-                    try:
-                        os.kill(p, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                time.sleep(0.1)
+            h.kill()
         for what, arg in reversed(self._made):
             if what == "umount":
                 _sh("umount", "-l", arg, check=False)

@@ -176,7 +176,7 @@ def test_record_exchange_delivers_each_part_to_its_target_only():
 # --------------------------------------------------------------------------- the network engine on one host
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def net_engine():
     pytest.importorskip("pyspark", reason="PySpark is a dependency of insitu (pip install pyspark)")
     from spark_needs import require_java
@@ -191,59 +191,60 @@ def net_engine():
         e.stop()
 
 
-def test_network_engine_records_name_their_node_and_halo_iterate_uses_the_driver_exchange(net_engine):
-    from insitu import Domain
+class TestNetworkEngineOnOneHost:
+    """One local-mode engine with network=True for these (stopped before the clusters below start)."""
 
-    eng = net_engine
-    dims = (16, 16, 8)
-    dom = Domain.create(dims, nblocks=4, ghost=1)
-    blocks = eng.blocks(jacobi_block, 2, keys=range(4), args=(dims, 4)).cache_gpu()
-    recs = [s[2] for s in blocks.rdd.collect()]
-    assert {r.node for r in recs} == {node_id(eng.daemon_dir)}
-    assert all(r.addr is not None and len(r.addr) == 3 for r in recs)
-    out = eng.halo_iterate(blocks, jacobi, 5, domain=dom, per_job=2)
-    assert eng._exchange is not None  # the records went through the driver, not the daemon directory
-    assert not os.path.exists(os.path.join(eng.daemon_dir, "rounds")) or not os.listdir(
-        os.path.join(eng.daemon_dir, "rounds"))
-    np.testing.assert_array_equal(dom.assemble(out.recv_gpu()), jacobi_reference(dims, 5))
-    out.drop_gpu()
+    def test_network_engine_records_name_their_node_and_halo_iterate_uses_the_driver_exchange(self, net_engine):
+        from insitu import Domain
 
+        eng = net_engine
+        dims = (16, 16, 8)
+        dom = Domain.create(dims, nblocks=4, ghost=1)
+        blocks = eng.blocks(jacobi_block, 2, keys=range(4), args=(dims, 4)).cache_gpu()
+        recs = [s[2] for s in blocks.rdd.collect()]
+        assert {r.node for r in recs} == {node_id(eng.daemon_dir)}
+        assert all(r.addr is not None and len(r.addr) == 3 for r in recs)
+        out = eng.halo_iterate(blocks, jacobi, 5, domain=dom, per_job=2)
+        assert eng._exchange is not None  # the records went through the driver, not the daemon directory
+        assert not os.path.exists(os.path.join(eng.daemon_dir, "rounds")) or not os.listdir(
+            os.path.join(eng.daemon_dir, "rounds"))
+        np.testing.assert_array_equal(dom.assemble(out.recv_gpu()), jacobi_reference(dims, 5))
+        out.drop_gpu()
 
-def test_blocks_of_another_node_are_fetched_and_dropped_over_tcp(net_engine):
-    # Records that say "another node": the task cannot use their sockets, so its daemon
-    # fetches the blocks from the holding daemon's TCP endpoint, and drops go there too.
-    import dataclasses
+    def test_blocks_of_another_node_are_fetched_and_dropped_over_tcp(self, net_engine):
+        # Records that say "another node": the task cannot use their sockets, so its daemon
+        # fetches the blocks from the holding daemon's TCP endpoint, and drops go there too.
+        import dataclasses
 
-    from insitu.engine._spark_tasks import _fetch
-    from insitu.pool import DaemonWorker, Package
+        from insitu.engine._spark_tasks import _fetch
+        from insitu.pool import DaemonWorker, Package
 
-    eng = net_engine
-    data = {k: np.random.default_rng(k).random((6, 5, 4)) for k in range(4)}
-    blocks = eng.blocks(data, 2).cache_gpu()
-    recs = [s[2] for s in blocks.rdd.collect()]
-    away = [dataclasses.replace(r, node="elsewhere:/x") for r in recs]
-    w = DaemonWorker(eng.daemons()[0], timeout=20)
-    pkg = Package()
-    pkg.add("recv", pkg.add("exec", tcp.stats, None, ()))
-    before = w.run(pkg)[0]["bytes_sent"]
-    got = eng.adopt(away, 1).exec_gpu(jacobi).recv_gpu()
-    assert all(np.array_equal(got[k], jacobi(data[k].copy())) for k in range(4))
-    assert w.run(pkg)[0]["bytes_sent"] - before == sum(a.nbytes for a in data.values())
-    with pytest.raises(Exception, match=r"InsituError: unpersist: block 0 lives on node elsewhere:/x"):  # via Spark
-        eng.adopt(away, 1).unpersist_gpu()
-    eng.adopt(away, 2).drop_gpu()  # over tcp: the handles are gone from the daemon
-    with pytest.raises(InsituError, match=r"refused block 0.*KeyError"):
-        _fetch(recs[0].addr, recs[0].handle, 0, False)
-    assert w.stats().cache.resident_entries == 0
+        eng = net_engine
+        data = {k: np.random.default_rng(k).random((6, 5, 4)) for k in range(4)}
+        blocks = eng.blocks(data, 2).cache_gpu()
+        recs = [s[2] for s in blocks.rdd.collect()]
+        away = [dataclasses.replace(r, node="elsewhere:/x") for r in recs]
+        w = DaemonWorker(eng.daemons()[0], timeout=20)
+        pkg = Package()
+        pkg.add("recv", pkg.add("exec", tcp.stats, None, ()))
+        before = w.run(pkg)[0]["bytes_sent"]
+        got = eng.adopt(away, 1).exec_gpu(jacobi).recv_gpu()
+        assert all(np.array_equal(got[k], jacobi(data[k].copy())) for k in range(4))
+        assert w.run(pkg)[0]["bytes_sent"] - before == sum(a.nbytes for a in data.values())
+        with pytest.raises(Exception, match=r"InsituError: unpersist: block 0 lives on node elsewhere:/x"):  # via Spark
+            eng.adopt(away, 1).unpersist_gpu()
+        eng.adopt(away, 2).drop_gpu()  # over tcp: the handles are gone from the daemon
+        with pytest.raises(InsituError, match=r"refused block 0.*KeyError"):
+            _fetch(recs[0].addr, recs[0].handle, 0, False)
+        assert w.stats().cache.resident_entries == 0
 
+    def test_located_rdd_prefers_the_named_hosts(self, net_engine):
+        from insitu.engine.spark import located_rdd
 
-def test_located_rdd_prefers_the_named_hosts(net_engine):
-    from insitu.engine.spark import located_rdd
-
-    r = located_rdd(net_engine.sc, [[(1, "a")], [(2, "b"), (3, "c")]], [["10.26.0.2"], ["10.26.0.3", "hostx"]])
-    jr = r._jrdd.rdd()
-    assert [jr.preferredLocations(p).mkString(",") for p in jr.partitions()] == ["10.26.0.2", "10.26.0.3,hostx"]
-    assert r.glom().collect() == [[[(1, "a")]], [[(2, "b"), (3, "c")]]]
+        r = located_rdd(net_engine.sc, [[(1, "a")], [(2, "b"), (3, "c")]], [["10.26.0.2"], ["10.26.0.3", "hostx"]])
+        jr = r._jrdd.rdd()
+        assert [jr.preferredLocations(p).mkString(",") for p in jr.partitions()] == ["10.26.0.2", "10.26.0.3,hostx"]
+        assert r.glom().collect() == [[[(1, "a")]], [[(2, "b"), (3, "c")]]]
 
 
 # --------------------------------------------------------------------------- across namespaces
@@ -370,12 +371,11 @@ def test_hosts_are_removed_whatever_happens():
 # --------------------------------------------------------------------------- Spark across namespaces
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def cluster(tmp_path_factory):
     """2 namespace hosts, a Spark standalone worker of 2 cores in each, a network engine."""
     if os.environ.get("INSITU_TEST_SPARK_HOSTS") != "1":
-        pytest.skip("a Spark standalone cluster over namespace hosts starts 5 JVMs (60-150 s on the 2-core CI "
-                    "machine, over its time budget): set INSITU_TEST_SPARK_HOSTS=1 to run these")
+        pytest.skip(SPARK_HOSTS_OPT_IN)
     with _netns_hosts(2) as hosts, spark_cluster(hosts, log_dir=str(tmp_path_factory.mktemp("spark")),
                                                  host_env=spark_hosts_env) as url:
         eng = cluster_engine(hosts, url)
@@ -386,6 +386,9 @@ def cluster(tmp_path_factory):
 
 
 JDIMS = (64, 64, 32)  # four 32^3 blocks, 2 x 2 x 1
+SPARK_HOSTS_OPT_IN = ("a Spark standalone cluster over namespace hosts (a master and a worker per host, each a JVM, "
+                      "then an executor JVM per host) takes 40-150 s on the 2-core CI machine, over its time "
+                      "budget: set INSITU_TEST_SPARK_HOSTS=1 to run it")
 
 
 def _jacobi_blocks(eng):
@@ -396,40 +399,42 @@ def _jacobi_blocks(eng):
     return dom, eng.blocks(jacobi_block, 4, keys=range(4), args=(JDIMS, 4)).cache_gpu()
 
 
-def test_halo_iterate_across_namespace_hosts(cluster):
-    # 2 "hosts" x 2 partitions: the halos between the hosts' blocks travel over TCP
-    # (daemon to daemon), the records through the driver; the result is the whole-grid
-    # sweeps'. A task with blocks of both hosts fetches the other host's.
-    hosts, eng = cluster
-    dom, blocks = _jacobi_blocks(eng)
-    out = eng.halo_iterate(blocks, jacobi, 7, domain=dom, per_job=4)
-    recs = [s[2] for s in out.rdd.collect()]
-    assert {r.node for r in recs} == {"host0", "host1"}  # both hosts hold blocks: halos crossed
-    assert {r.host for r in recs} == {h.ip for h in hosts}
-    got = out.recv_gpu()
-    np.testing.assert_array_equal(dom.assemble(got), jacobi_reference(JDIMS, 7))
-    # One task for all four blocks: it runs on one host and fetches the other's.
-    one = eng.adopt(recs, 1).recv_gpu()
-    assert all(np.array_equal(one[g], got[g]) for g in range(4))
-    out.drop_gpu()
+class TestTwoNamespaceHosts:
+    """One cluster of 2 namespace hosts for these (stopped before the next one starts)."""
 
+    def test_halo_iterate_across_namespace_hosts(self, cluster):
+        # 2 "hosts" x 2 partitions: the halos between the hosts' blocks travel over TCP
+        # (daemon to daemon), the records through the driver; the result is the whole-grid
+        # sweeps'. A task with blocks of both hosts fetches the other host's.
+        hosts, eng = cluster
+        dom, blocks = _jacobi_blocks(eng)
+        out = eng.halo_iterate(blocks, jacobi, 7, domain=dom, per_job=4)
+        recs = [s[2] for s in out.rdd.collect()]
+        assert {r.node for r in recs} == {"host0", "host1"}  # both hosts hold blocks: halos crossed
+        assert {r.host for r in recs} == {h.ip for h in hosts}
+        got = out.recv_gpu()
+        np.testing.assert_array_equal(dom.assemble(got), jacobi_reference(JDIMS, 7))
+        # One task for all four blocks: it runs on one host and fetches the other's.
+        one = eng.adopt(recs, 1).recv_gpu()
+        assert all(np.array_equal(one[g], got[g]) for g in range(4))
+        out.drop_gpu()
 
-def test_gpu_shuffles_across_namespace_hosts(cluster):
-    # The halo shuffle (slab records shuffled by Spark, slabs taken over TCP where the
-    # target is on the other host), then the key shuffle (blocks grouped across hosts).
-    hosts, eng = cluster
-    dom, blocks = _jacobi_blocks(eng)
-    for _ in range(3):
-        blocks = eng.gpu_shuffle(blocks, "halo", domain=dom).exec_gpu(jacobi).cache_gpu(drop_sources=True)
-    assert {s[2].node for s in blocks.rdd.collect()} == {"host0", "host1"}
-    want = jacobi_reference(JDIMS, 3)
-    got = blocks.recv_gpu()
-    np.testing.assert_array_equal(dom.assemble(got), want)
-    sums = eng.gpu_shuffle(blocks, "key", key=_parity).exec_gpu(_total).recv_gpu()
-    assert sorted(sums) == [0, 1]
-    for p in (0, 1):
-        np.testing.assert_array_equal(sums[p], sum(got[g] for g in range(4) if g % 2 == p))
-    blocks.drop_gpu()
+    def test_gpu_shuffles_across_namespace_hosts(self, cluster):
+        # The halo shuffle (slab records shuffled by Spark, slabs taken over TCP where the
+        # target is on the other host), then the key shuffle (blocks grouped across hosts).
+        hosts, eng = cluster
+        dom, blocks = _jacobi_blocks(eng)
+        for _ in range(3):
+            blocks = eng.gpu_shuffle(blocks, "halo", domain=dom).exec_gpu(jacobi).cache_gpu(drop_sources=True)
+        assert {s[2].node for s in blocks.rdd.collect()} == {"host0", "host1"}
+        want = jacobi_reference(JDIMS, 3)
+        got = blocks.recv_gpu()
+        np.testing.assert_array_equal(dom.assemble(got), want)
+        sums = eng.gpu_shuffle(blocks, "key", key=_parity).exec_gpu(_total).recv_gpu()
+        assert sorted(sums) == [0, 1]
+        for p in (0, 1):
+            np.testing.assert_array_equal(sums[p], sum(got[g] for g in range(4) if g % 2 == p))
+        blocks.drop_gpu()
 
 
 def _parity(k):
@@ -438,3 +443,45 @@ def _parity(k):
 
 def _total(values):
     return sum(values[1:], values[0].copy())
+
+
+def test_a_killed_host_is_recovered_from_the_checkpoint(tmp_path):
+    # 3 hosts x 2 cores, 4 partitions: after a whole host dies (its worker, executor,
+    # python workers and daemon) the other two still have the 4 slots of a barrier stage;
+    # halo_iterate reloads the last checkpoint (on storage all hosts see) and replays.
+    import shutil
+    import tempfile
+
+    from insitu import Domain
+
+    if os.environ.get("INSITU_TEST_SPARK_HOSTS") != "1":
+        pytest.skip(SPARK_HOSTS_OPT_IN)
+    shared = tempfile.mkdtemp(prefix="insitu-ckpt-", dir="/var/tmp")  # not /tmp: each host has its own
+    try:
+        with _netns_hosts(3) as hosts, spark_cluster(hosts, log_dir=str(tmp_path), host_env=spark_hosts_env) as url:
+            eng = cluster_engine(hosts, url, timeout=20)
+            try:
+                dom = Domain.create(JDIMS, nblocks=4, ghost=1)
+                blocks = eng.blocks(jacobi_block, 4, keys=range(4), args=(JDIMS, 4)).cache_gpu()
+                held = {s[2].node for s in blocks.rdd.collect()}
+                victim = next(h for h in hosts if h.name in held)
+                killed = []
+
+                def kill_once(jobs, b):
+                    if jobs == 2 and not killed:
+                        killed.append(victim.kill())
+
+                out = eng.halo_iterate(blocks, jacobi, 16, domain=dom, per_job=4, checkpoint_every=4,
+                                       checkpoint_dir=shared, on_job=kill_once)
+                assert killed and killed[0] > 0
+                np.testing.assert_array_equal(dom.assemble(out.recv_gpu()), jacobi_reference(JDIMS, 16))
+                assert victim.name not in {s[2].node for s in out.rdd.collect()}
+                assert len(eng.recoveries) >= 1
+                rec = eng.recoveries[0]
+                print(f"host {victim.name} killed after job 2: recovered from the checkpoint of iteration "
+                      f"{rec['resumed_from']} in {rec['seconds']:.2f} s ({rec['lost_seconds']:.2f} s lost in the "
+                      f"failed job, {rec['error']})")
+            finally:
+                eng.stop()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)

@@ -613,10 +613,12 @@ def _token() -> str:
 
 
 def _daemon_lost(e: BaseException) -> bool:
-    """Whether `e` says cached blocks or their records are gone: a daemon died, or an executor
-    holding records (the local checkpoint of an RDD of records) was lost."""
+    """Whether `e` says cached blocks or their records are gone: a daemon died, an executor
+    holding records (the local checkpoint of an RDD of records) was lost, or the daemon of
+    another node no longer answers (its host died: ``PeerUnreachableError``)."""
     text = f"{type(e).__name__}: {e}"
-    return any(name in text for name in ("WorkerDiedError", "LostBlocksError", "CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND"))
+    return any(name in text for name in ("WorkerDiedError", "LostBlocksError", "CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND",
+                                         "PeerUnreachableError"))
 
 
 class SparkBlocks:
