@@ -312,7 +312,7 @@ def jacobi_reference(dims, iterations: int) -> np.ndarray:
 def spark_hosts_env(h) -> dict:
     """What a worker of namespace host `h` gives its executors (and their daemons)."""
     return {"INSITU_NODE_ID": h.name, "INSITU_NODE_HOST": h.ip, "INSITU_DAEMON_IDLE_TIMEOUT": "60",
-            "PYTHONPATH": os.pathsep.join([ROOT, HERE])}
+            "PYTHONPATH": os.pathsep.join([ROOT, HERE, os.path.join(ROOT, "examples")])}
 
 
 def cluster_engine(hosts: Hosts, url: str, *, timeout: float = 60.0, **kw):
@@ -323,7 +323,7 @@ def cluster_engine(hosts: Hosts, url: str, *, timeout: float = 60.0, **kw):
     eng = SparkEngine(url, network=True, timeout=timeout, conf={
         "spark.driver.host": hosts.gateway, "spark.driver.bindAddress": hosts.gateway,
         "spark.executor.memory": "512m", "spark.cores.max": str(2 * len(hosts)),
-        "spark.executorEnv.PYTHONPATH": os.pathsep.join([ROOT, HERE])}, **kw)
+        "spark.executorEnv.PYTHONPATH": os.pathsep.join([ROOT, HERE, os.path.join(ROOT, "examples")])}, **kw)
     try:
         wait_executors(eng.sc, len(hosts))
     except BaseException:

@@ -437,6 +437,18 @@ class TestTwoNamespaceHosts:
         blocks.drop_gpu()
 
 
+    def test_the_paper_listings_across_namespace_hosts(self, cluster):
+        # Listings 1, 2, 6, 7 and 8 (halo_iterate) of the paper on the two hosts, each
+        # against its own reference (examples/spark_listings.py).
+        sys.path.insert(0, os.path.join(ROOT, "examples"))
+        import spark_listings as L
+
+        hosts, eng = cluster
+        for n, kw in (("1", {}), ("2", {}), ("6", {}), ("7", {}), ("8", {"per_job": 12})):
+            r = L.run(n, eng, **kw)
+            assert r["ok"], (n, r)
+
+
 def _parity(k):
     return k % 2
 
