@@ -8,7 +8,10 @@
 #     compilers, gfortran, and the headers + shared libpython of the interpreter that
 #     embeds (libpython3.X-dev for a Debian python3; pyenv/python.org builds ship them);
 #   - for the viewer's browser test (tests/test_viewer.py drives `insitu view`'s page in a
-#     headless browser): chromium.
+#     headless browser): chromium;
+#   - Debian's Open MPI (libopenmpi-dev, openmpi-bin: mpicc.openmpi, mpiexec.openmpi), for
+#     `make test-openmpi`: the core install with an mpi4py built against a system MPI.
+#     The main .venv keeps the mpich wheel's MPI (its bin/ and lib/ come first).
 # Installs missing Debian packages when running as root with apt-get; otherwise prints
 # what to install and exits 0 (the rendering tests then report what is missing).
 # Idempotent; prints nothing when everything is present.
@@ -49,6 +52,8 @@ command -v cmake    >/dev/null 2>&1 || missing+=(cmake)
 command -v cc       >/dev/null 2>&1 || missing+=(gcc)
 command -v c++      >/dev/null 2>&1 || missing+=(g++)
 command -v gfortran >/dev/null 2>&1 || missing+=(gfortran)
+command -v mpicc.openmpi   >/dev/null 2>&1 || missing+=(libopenmpi-dev)
+command -v mpiexec.openmpi >/dev/null 2>&1 || missing+=(openmpi-bin)
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing+=(chromium)
 # Python.h of this interpreter (embedding); a Debian interpreter gets libpython3.X-dev.
 if ! "$PYTHON" -c 'import os, sys, sysconfig
@@ -79,6 +84,7 @@ ensure-system: missing system packages: ${missing[*]}
   Continuing: without the GL libraries the rendering tests report what is missing;
   without python3-venv 'make venv' cannot create .venv; without cmake, compilers or
   Python headers the C API tests fail saying what is missing (gfortran: they skip);
-  without chromium the viewer's browser test skips.
+  without chromium the viewer's browser test skips; without Open MPI
+  'make test-openmpi' says what is missing and fails.
 MSG
 exit 0

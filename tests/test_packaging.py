@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -129,3 +130,28 @@ def test_the_embedded_path_runs_without_the_extras(tmp_path):
     assert p.returncode == 0, p.stderr[-4000:]
     assert "frames 1 loaded ['(blocked)']" in p.stdout, (p.stdout, p.stderr[-2000:])
     assert os.path.exists(tmp_path / "f_00.png")
+
+
+def test_make_test_checks_the_core_install_against_debians_open_mpi():
+    # CI runs `make test`; its last step builds .venv-openmpi as a site with its own MPI would:
+    # mpi4py built from source by Open MPI's mpicc, `pip install .` with no extra, the extras'
+    # packages looked for in its `pip list`, then the demo and MPI tests under Open MPI's mpiexec.
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("no make on PATH")
+    p = subprocess.run([make, "-n", "-B", "--no-print-directory", "test"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=60)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    tail = lines[next(i for i, s in enumerate(lines) if s.endswith("-m pytest -q")) + 1:]  # after the main suite
+    assert tail[0].endswith("test-openmpi")
+    build = [s for s in tail if "-m pip install" in s]
+    assert len(build) == 3 and re.search(r"\bMPICC=mpicc\.openmpi\b.*--no-binary mpi4py mpi4py$", build[0])
+    assert build[1].endswith("pip install -q . pytest"), build  # the core: no [extra]
+    assert build[2].endswith("pip install -q --no-deps --force-reinstall ."), build  # the sources changed
+    text = "\n".join(tail)
+    checked = next(s for s in tail if "pip list" in s)
+    assert all(name in checked for name in HEAVY), checked
+    assert re.search(r"mpiexec\.openmpi --oversubscribe -n [234] \S+python examples/eikonal_insitu\.py", text)
+    assert "OMPI_ALLOW_RUN_AS_ROOT=1" in text and "tests/test_halo_mpi.py" in text
+    assert "bin/insitu check " in text  # the installed package, not the tree's
