@@ -1,4 +1,4 @@
-"""TCP between worker daemons of different nodes (host blocks), and the all-gather of records.
+"""TCP between worker daemons of different nodes (host blocks), and the driver's record exchange.
 
 Two services, both framed binary protocols (nothing from the network is unpickled by a
 server):
@@ -15,7 +15,7 @@ server):
   their small records round by round, each record going only to the partition it is
   addressed to (:func:`alltoall`); payloads are opaque bytes to it.
 
-Backpressure: one connection per (process, peer) carries one request at a time, or up to
+Backpressure: one connection per (thread, peer) carries one request at a time, or up to
 ``window`` pipelined requests (:func:`fetch_many`); the server sends with blocking
 ``sendall``, so a slow receiver stalls its sender through TCP's window, never a queue.
 Failures: every socket operation has a timeout; a refused or reset connection gives
@@ -36,7 +36,6 @@ import secrets
 import socket
 import struct
 import threading
-import time
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -44,8 +43,7 @@ import numpy as np
 from ..errors import InsituError, PeerTimeoutError
 
 __all__ = ["ALL", "BlockServer", "Endpoint", "PeerUnreachableError", "RecordExchange", "allgather", "alltoall", "drop",
-           "endpoint",
-           "fetch", "fetch_many", "reset_stats", "start_server", "stats", "take"]
+           "endpoint", "fetch", "fetch_many", "reset_stats", "start_server", "stats"]
 
 _MAGIC, _XMAGIC = b"INB1", b"INX1"
 _OP_GET, _OP_TAKE, _OP_DROP = 1, 2, 3
@@ -324,6 +322,9 @@ def _read_reply(s: socket.socket, ep: Endpoint, what: str, out: np.ndarray | Non
     if not dtype.rstrip(b"\0"):
         return None
     dt = np.dtype(dtype.rstrip(b"\0").decode())
+    if nbytes != dt.itemsize * int(np.prod(shape, dtype=np.int64)):
+        raise PeerUnreachableError(f"tcp: the worker daemon at {ep.peer} sent a header for {what} whose byte count "
+                                   f"({nbytes}) does not match its dtype {dt} and shape {shape}")
     if out is None:
         out = np.empty(shape, dt)
     elif out.shape != shape or out.dtype != dt or not out.flags.c_contiguous:
@@ -400,11 +401,6 @@ def fetch(addr, handle: Any, *, key: Any = None, take: bool = False, out: np.nda
     """One block from the daemon at `addr` (see :func:`fetch_many`)."""
     return fetch_many(addr, [handle], take=take, what=None if key is None else [key], outs=[out],
                       timeout=timeout)[0]
-
-
-def take(addr, handle: Any, key: Any = None, timeout: float = DEFAULT_TIMEOUT) -> np.ndarray:
-    """:func:`fetch` with ``take=True`` (positional arguments: runs as a package's ``exec``)."""
-    return fetch(addr, handle, key=key, take=True, timeout=timeout)
 
 
 def drop(addr, handles: Iterable[Any], *, timeout: float = DEFAULT_TIMEOUT) -> None:
@@ -570,16 +566,3 @@ def allgather(addr, job: int, rnd: int, index: int, nparts: int, payload: bytes,
     """Every partition's `payload` of round `rnd` of `job`, in partition order (an
     :func:`alltoall` whose payloads go to all)."""
     return [b for _, b in alltoall(addr, job, rnd, index, nparts, [(ALL, payload)], timeout=timeout)]
-
-
-def wait_listening(host: str, port: int, timeout: float = 10.0) -> None:
-    """Wait until something accepts connections at ``host:port`` (tests, scripts)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection((host, port), timeout=1.0).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise PeerTimeoutError(f"nothing listens at {host}:{port} after {timeout:g} s") from None
-            time.sleep(0.05)
