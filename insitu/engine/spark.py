@@ -489,7 +489,7 @@ class SparkEngine:
                             else checkpoint_every // per_job, checkpoint_dir=checkpoint_dir, on_iteration=on_job)
 
     def _record_exchange(self):
-        """The driver's all-gather of records for tasks on several nodes (started once)."""
+        """The driver's record exchange for tasks on several nodes (started once)."""
         if self._exchange is None:
             from insitu.transports.tcp import RecordExchange
 
