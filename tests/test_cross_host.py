@@ -346,7 +346,7 @@ def test_a_block_moves_between_namespace_hosts_over_tcp_only():
         assert seen["stats"]["bytes_received"] == ref.nbytes and seen["stats"]["fetches"] == 1
         # A's link carried the block once: its bytes plus TCP/IP headers and the handshakes.
         assert ref.nbytes <= tx1 - tx0 <= ref.nbytes * 1.06 + 16384, (tx1 - tx0, ref.nbytes)
-        assert rx1 - rx0 < 16384  # requests and acknowledgements only
+        assert rx1 - rx0 < ref.nbytes * 0.1  # requests and acknowledgements only
         # The holding daemon dies: the fetch fails at once, naming the peer and the block.
         os.kill(rec["pid"], 9)
         out = b.run([sys.executable, "-c", _AGENT.format("_agent_fetch_dead"), json.dumps(rec)], env=_host_env(b))
