@@ -5,12 +5,15 @@
 
 Every measurement is a fresh process with its own empty ``NUMBA_CACHE_DIR``: *cold* runs the
 pipeline straight away (every kernel compiles inside the first ``execute``); *warmup* first
-runs ``insitu warmup CONFIG`` (timed) in another process, then the pipeline; *read-only*
-does the same with the warmed cache made read-only first (a read-only install whose cache was
-warmed at install time); the last row sets up Numba's CPU target (a one-time cost of every
-process using Numba, about 0.5 s: it imports SciPy's BLAS) inside ``initialize`` instead of
-the first ``execute``, as the adaptor could. The pipelines draw a 32^3 block with one ghost layer, as the demo's
-ranks hand theirs (``examples/eikonal_insitu.py``). Prints a markdown table.
+runs ``insitu warmup CONFIG`` (timed) in another process, then the pipeline; *cache read-only*
+does the same with the warmed cache made read-only first (a cache warmed at install time);
+*installed read-only* runs the packages from a read-only copy (byte-compiled first, as pip
+does), the cache being a writable ``NUMBA_CACHE_DIR`` warmed by ``insitu warmup`` run from that
+copy (the README's recipe for containers and shared software trees). ``initialize`` includes
+Numba's one-time set-up of its CPU target (about 0.5 s: it loads SciPy's BLAS), which the
+adaptor does there rather than in the first step. The pipelines draw a 32^3 block with one
+ghost layer, as the demo's ranks hand theirs (``examples/eikonal_insitu.py``). Prints a
+markdown table.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -52,10 +56,8 @@ X, Y, Z = np.meshgrid(x, x, x, indexing="ij")
 T = np.sqrt(X ** 2 + Y ** 2 + Z ** 2) / np.sqrt(3.0)
 speed = 0.5 + 2.0 * Z
 mesh = adaptors.uniform({{"T": T, "speed": speed}}, origin=(-x[1],) * 3, spacing=(x[1] - x[0],) * 3, ghost=1)
+assert adaptors.__file__.startswith({root!r}), adaptors.__file__  # the tree, or the read-only copy
 with adaptors.Adaptor({config!r}) as a:
-    if {preinit}:  # what initialize could do: Numba's one-time set-up of its CPU target in this process
-        from numba.core.registry import cpu_target
-        cpu_target.target_context.refresh()
     t2 = time.perf_counter()
     ok0 = a.execute(0, 0.0, mesh)
     t3 = time.perf_counter()
@@ -67,13 +69,13 @@ print(json.dumps({{"import": t1 - t0, "initialize": t2 - t1, "first": t3 - t2, "
 """
 
 
-def _env(cache: str) -> dict:
-    return {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+def _env(cache: str, root: str) -> dict:
+    return {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-def child(config: str, cache: str, work: str, n: int, preinit: bool = False) -> dict:
-    code = CHILD.format(config=config, n=n, preinit=preinit)
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(cache), cwd=work,
+def child(config: str, cache: str, work: str, n: int, root: str = ROOT) -> dict:
+    code = CHILD.format(config=config, n=n, root=root)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(cache, root), cwd=work,
                        timeout=1800)
     if p.returncode:
         raise RuntimeError(f"child failed:\n{p.stderr[-3000:]}")
@@ -83,13 +85,29 @@ def child(config: str, cache: str, work: str, n: int, preinit: bool = False) -> 
     return out
 
 
-def warmup(config: str | None, cache: str, work: str) -> float:
+def warmup(config: str | None, cache: str, work: str, root: str = ROOT) -> float:
     t0 = time.perf_counter()
     args = [sys.executable, "-m", "insitu", "warmup"] + ([config] if config else [])
-    p = subprocess.run(args, capture_output=True, text=True, env=_env(cache), cwd=work, timeout=3600)
+    p = subprocess.run(args, capture_output=True, text=True, env=_env(cache, root), cwd=work, timeout=3600)
     if p.returncode:
         raise RuntimeError(f"insitu warmup failed:\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}")
     return time.perf_counter() - t0
+
+
+def install_read_only(dest: str) -> str:
+    """The four packages copied under `dest` and byte-compiled (as pip installs them), then made
+    read-only; returns the directory to put on ``sys.path``. Entry points come from this
+    environment's installed metadata (they name modules, found first in the copy)."""
+    import compileall
+
+    site = os.path.join(dest, "site-packages")
+    for pkg in ("insitu", "adaptors", "render", "solvers"):
+        shutil.copytree(os.path.join(ROOT, pkg), os.path.join(site, pkg),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    if not compileall.compile_dir(site, quiet=1):
+        raise RuntimeError(f"byte-compiling {site} failed")
+    read_only(site)
+    return site
 
 
 def read_only(path: str) -> None:
@@ -110,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--all", action="store_true", help="also measure after `insitu warmup` of every kernel")
     args = ap.parse_args(argv)
     print(f"first execute in a fresh process, {args.n}^3 block; Python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} CPUs\n")
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start\n")
     print("| pipeline | cache | warmup (s) | import (s) | initialize (s) | first execute (s) | second execute (s) |")
     print("|---|---|---|---|---|---|---|")
     for name, text in CONFIGS.items():
@@ -121,21 +139,24 @@ def main(argv: list[str] | None = None) -> int:
                     f.write(text)
             cases = [("cold", None, False, False), ("after `insitu warmup CONFIG`", config, False, False),
                      ("same, cache read-only", config, True, False),
-                     ("same, Numba's target set up in initialize", config, False, True)]
+                     ("installed read-only, after `insitu warmup CONFIG`", config, False, True)]
             if args.all:
                 cases.append(("after `insitu warmup` (all)", "", False, False))
-            for label, warm, ro, preinit in cases:
+            for label, warm, ro, installed in cases:
                 cache = os.path.join(tmp, f"cache-{len(os.listdir(tmp))}")
                 work = os.path.join(tmp, f"work-{len(os.listdir(tmp))}")
                 os.makedirs(cache)
                 os.makedirs(work)
-                w = warmup(warm or None, cache, work) if warm is not None else None
-                if ro:
-                    read_only(cache)
+                root = install_read_only(os.path.join(tmp, "install")) if installed else ROOT
                 try:
-                    r = child(config, cache, work, args.n, preinit)
+                    w = warmup(warm or None, cache, work, root) if warm is not None else None
+                    if ro:
+                        read_only(cache)
+                    r = child(config, cache, work, args.n, root)
                 finally:
                     writable(cache)
+                    if installed:
+                        writable(os.path.join(tmp, "install"))
                 ws = f"{w:.1f}" if w is not None else "-"
                 print(f"| {name} | {label} | {ws} | {r['import']:.2f} | {r['initialize']:.2f} | {r['first']:.2f} "
                       f"| {r['second']:.3f} |", flush=True)
