@@ -21,6 +21,7 @@ import pytest
 
 from insitu.errors import InsituError, PeerTimeoutError
 from insitu.pool import BlockCache
+from insitu.pool.cache import Handle
 from insitu.pool.node import node_host, node_id
 from insitu.transports import tcp
 
@@ -50,7 +51,7 @@ def test_node_id_is_host_and_directory_unless_given(monkeypatch):
 @pytest.fixture
 def server():
     cache = BlockCache()
-    s = tcp.BlockServer(cache, "127.0.0.1")
+    s = tcp.BlockServer(cache, "127.0.0.1", handle_type=Handle)
     yield cache, s, tcp.Endpoint(*s.address, s.token.hex())
     s.close()
     cache.close()

@@ -455,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     if fp["network"]:  # other nodes fetch its blocks (insitu.transports.tcp); the cache is thread-safe
         from insitu.transports import tcp
 
-        ep = tcp.start_server(worker.cache, node.node_host())
+        ep = tcp.start_server(worker.cache, node.node_host(), handle_type=_cache.Handle)
         _log.info("serving blocks to other nodes over tcp at %s", ep.peer)
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     _log.info("insitu worker daemon pid %d device %s listening on %s; owners %s, idle_timeout %g s", os.getpid(),

@@ -133,13 +133,12 @@ class BlockServer:
     token : bytes, optional
         The secret a request must carry (default 16 random bytes).
     handle_type : callable
-        Makes a cache handle from its integer id (default ``insitu.pool.cache.Handle``).
+        Makes a cache handle from its integer id (the pool passes ``insitu.pool.cache.Handle``;
+        transports sit below the pool and do not import it).
     """
 
-    def __init__(self, cache: Any, host: str, port: int = 0, *, token: bytes | None = None,
-                 handle_type: Any = None) -> None:
-        if handle_type is None:
-            from insitu.pool.cache import Handle as handle_type
+    def __init__(self, cache: Any, host: str, port: int = 0, *, handle_type: Any,
+                 token: bytes | None = None) -> None:
         self.cache, self.handle_type = cache, handle_type
         self.token = token if token is not None else secrets.token_bytes(16)
         self._sock = socket.create_server((host, port), backlog=128)
@@ -253,11 +252,11 @@ class Endpoint(NamedTuple):
 _SERVER: BlockServer | None = None
 
 
-def start_server(cache: Any, host: str, port: int = 0) -> Endpoint:
+def start_server(cache: Any, host: str, port: int = 0, *, handle_type: Any) -> Endpoint:
     """Start this process's block server on `cache` (once; a worker daemon calls it)."""
     global _SERVER
     if _SERVER is None:
-        _SERVER = BlockServer(cache, host, port)
+        _SERVER = BlockServer(cache, host, port, handle_type=handle_type)
     return endpoint()  # type: ignore[return-value]
 
 
