@@ -6,6 +6,7 @@ CuPy compiles a kernel source once per GPU architecture and keeps the binary in 
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -50,12 +51,28 @@ def _files(d):
     return {os.path.relpath(os.path.join(p, f), d) for p, _, fs in os.walk(d) for f in fs}
 
 
+_GLOBAL = re.compile(r"__global__\s+void\s+(\w+)")
+
+
+def _kernels(d, names):
+    """The kernels in the CUDA sources CuPy saved beside the binaries `names`
+    (``CUPY_CACHE_SAVE_CUDA_SOURCE=1``): what a failed check names."""
+    out = []
+    for n in sorted(names):
+        for f in sorted(_files(d)):
+            if f.startswith(n) and f.endswith(".cu"):
+                src = open(os.path.join(d, f)).read()
+                at = src.find("__global__")
+                out.append(f"{n}: {_GLOBAL.findall(src)} {src[at:at + 600]!r}")
+    return out
+
+
 def test_after_warmup_the_first_device_execute_compiles_nothing(tmp_path):
     cupy_cache, numba_cache = tmp_path / "cupy", tmp_path / "numba"
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(CONFIG % (tmp_path / "frame_%d"))
     env = {**os.environ, "CUPY_CACHE_DIR": str(cupy_cache), "NUMBA_CACHE_DIR": str(numba_cache),
-           "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+           "CUPY_CACHE_SAVE_CUDA_SOURCE": "1", "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     w = subprocess.run([sys.executable, "-m", "insitu", "warmup", str(cfg), "--dtype", "float32", "--gpu"],
                        capture_output=True, text=True, env=env, timeout=1200, cwd=tmp_path)
     assert w.returncode == 0, w.stdout + w.stderr[-4000:]
@@ -68,7 +85,8 @@ def test_after_warmup_the_first_device_execute_compiles_nothing(tmp_path):
     out = json.loads(job.stdout.strip().splitlines()[-1])
     assert out["ok"], out["errors"]
     assert os.path.exists(tmp_path / "frame_0.png")
-    assert _files(cupy_cache) == warmed, f"CUDA kernels compiled: {sorted(_files(cupy_cache) - warmed)}"
+    new = _files(cupy_cache) - warmed
+    assert not new, "CUDA kernels compiled:\n" + "\n".join(_kernels(cupy_cache, new) or sorted(new))
     # Nor a Numba kernel (what the device path runs on the host).
     assert _files(numba_cache) == warmed_numba, f"Numba kernels compiled: {sorted(_files(numba_cache) - warmed_numba)}"
     print(f"first device execute after warmup: {out['first']:.2f} s")
