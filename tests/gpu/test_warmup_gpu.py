@@ -58,9 +58,9 @@ def _kernels(d, names):
     """The kernels in the CUDA sources CuPy saved beside the binaries `names`
     (``CUPY_CACHE_SAVE_CUDA_SOURCE=1``): what a failed check names."""
     out = []
-    for n in sorted(names):
+    for n in sorted(x for x in names if not x.endswith(".cu")):
         for f in sorted(_files(d)):
-            if f.startswith(n) and f.endswith(".cu"):
+            if f.startswith(n.split(".")[0]) and f.endswith(".cu"):
                 src = open(os.path.join(d, f)).read()
                 at = src.find("__global__")
                 out.append(f"{n}: {_GLOBAL.findall(src)} {src[at:at + 600]!r}")
