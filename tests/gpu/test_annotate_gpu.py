@@ -84,7 +84,8 @@ def test_first_frame_moves_only_the_font_and_the_colormap_table():
     dev = cp.cuda.Device().id
     mod._fonts.pop(dev, None)
     mod._bars.clear()
-    cm._on_device.pop(("cividis", dev), None)
+    for key in [k for k in cm._DEVICE_TABLES if k[0] == dev]:  # tables are cached by (device, contents)
+        del cm._DEVICE_TABLES[key]
     frame = cp.zeros((512, 512, 4), cp.float32)
     with arrays.count_transfers() as c:
         annotate(frame, field="T", lo=0.0, hi=1.0, colormap="cividis", step=0, time=0.0)
