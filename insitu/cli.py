@@ -527,6 +527,11 @@ def _on_device(obj: Any, cp: Any) -> Any:
     return obj
 
 
+#: Points per axis of the warmup's large device meshes: contours, clips and frames of more than
+#: 1024 elements, the length from which CuPy's block reductions use one kernel whatever the size.
+_LARGE = 48
+
+
 def _warmup_gpu(gpu: bool | None) -> tuple[Any, str]:
     """CuPy (or None) for the device runs of a warmup, and why not where it is None."""
     from .arrays import _cupy_status
@@ -591,10 +596,16 @@ def warmup_config(config: str | None = None, *, dtypes: tuple[str, ...] = ("floa
             for dtype in dtypes:
                 for cell_mesh in (False, True) if cells else (False,):
                     wcfg = _warmup_config(cfg, images, cell_mesh)
-                    meshes = _warmup_meshes(cfg, ad.pipelines.added_fields, dtype, cell_mesh)
-                    chosen = meshes[2:] if cell_mesh else meshes[:2]
-                    if cp is not None:  # the same meshes from device arrays: the CUDA kernels
+                    pick = (lambda ms: ms[2:]) if cell_mesh else (lambda ms: ms[:2])
+                    chosen = pick(_warmup_meshes(cfg, ad.pipelines.added_fields, dtype, cell_mesh))
+                    if cp is not None:
+                        # The same meshes from device arrays (the CUDA kernels), small and large:
+                        # CuPy's block reductions compile a kernel per block size, which it picks
+                        # from the length reduced (below 1025 elements), so the short arrays of a
+                        # small mesh and the long ones of a job's each need theirs.
+                        large = pick(_warmup_meshes(cfg, ad.pipelines.added_fields, dtype, cell_mesh, n=_LARGE))
                         chosen += [(f"{label}, device", _on_device(mesh, cp)) for label, mesh in chosen]
+                        chosen += [(f"{label}, {_LARGE}^3, device", _on_device(mesh, cp)) for label, mesh in large]
                     for label, mesh in chosen:
                         t0 = time.perf_counter()
                         with ad.Adaptor(wcfg) as a:

@@ -263,9 +263,13 @@ def test_warmup_runs_the_meshes_again_from_device_arrays_where_cupy_has_a_device
     monkeypatch.setattr(adaptors.Adaptor, "execute", lambda a, step, t, mesh: handed.append(mesh) or execute(
         a, step, t, mesh))
     out = cli.warmup_config(_write(tmp_path, config(tmp_path)), dtypes=("float32",))
-    assert [label for label, _ in out["runs"]] == ["grid float32", "grid float32, ghost cells",
-                                                   "grid float32, device", "grid float32, ghost cells, device"]
+    assert [label for label, _ in out["runs"]] == [
+        "grid float32", "grid float32, ghost cells", "grid float32, device", "grid float32, ghost cells, device",
+        "grid float32, 48^3, device", "grid float32, ghost cells, 48^3, device"]
     assert out["errors"] == [] and out["gpu"] is None
+    # A job-sized mesh too: its arrays pass 1024 elements, where CuPy's block reductions change kernel.
+    assert handed[4]["coordsets"]["coords"]["dims"] == {"i": 48, "j": 48, "k": 48}
+    assert all(type(f["values"]) is _FakeCupy.ndarray for f in handed[5]["fields"].values())
     host, device = handed[0]["fields"], handed[2]["fields"]
     assert set(host) == set(device) and all(type(f["values"]) is np.ndarray for f in host.values())
     for name, f in device.items():
