@@ -148,8 +148,9 @@ def wait_requests(requests: Sequence, peers: Sequence[int | None], deadline: flo
 
     `peers` gives the rank each request waits for (``None`` for a collective).
 
-    Requests that did not complete are cancelled before raising, so their buffers
-    can be freed.
+    Point-to-point requests that did not complete are cancelled before raising, so their
+    buffers can be freed. Collective ones are left pending: MPI forbids cancelling them
+    (Open MPI blocks in the attempt); the communicator they ran on is not used again.
     """
     from mpi4py import MPI
 
@@ -166,8 +167,8 @@ def wait_requests(requests: Sequence, peers: Sequence[int | None], deadline: flo
         if time.monotonic() > deadline:
             missing = sorted({p for p, d in zip(peers, done) if not d and p is not None})
             collective = any(p is None for p, d in zip(peers, done) if not d)
-            for r, d in zip(requests, done):
-                if not d:
+            for r, d, p in zip(requests, done, peers):
+                if not d and p is not None:
                     try:
                         r.Cancel()
                     except MPI.Exception:

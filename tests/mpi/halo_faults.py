@@ -1,6 +1,6 @@
 """Run under mpiexec -n 2 with a fault: rank 1 breaks the exchange, rank 0 reports it.
 
-Faults: silent (rank 1 never joins), stops (rank 1 exchanges once, then stops),
+Faults: silent (rank 1 joins after rank 0 gave up), stops (rank 1 exchanges once, then stops),
 late (after one exchange both switch dtype, so both set up again; rank 1 comes after
 rank 0 gave up: both must time out), dtype, ghost, transport (rank 1 differs), pairs
 (per-peer transports whose ends differ).
@@ -39,6 +39,10 @@ blocks = {g: xp.zeros(dom.block(g).padded_shape, dtype) for g in dom.blocks_of(r
 
 if fault == "silent" and odd:
     time.sleep(4)  # longer than rank 0's timeout: it must give up, not hang
+    # Then this rank's late half of the set-up's communicator duplication completes the one
+    # rank 0 abandoned: collectives on COMM_WORLD stay in the same order on both ranks, so
+    # the closing Barrier pairs with rank 0's (Open MPI hangs where a Barrier meets a dup).
+    comm.Idup()[1].Wait()
     comm.Barrier()
     sys.exit(0)
 timeout = (1.0 if rank == 0 else 2.0) if fault == "late" else 2.0
