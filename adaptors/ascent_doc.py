@@ -79,7 +79,8 @@ PARTIAL: dict[tuple[str, str], str] = {
     ("color table key", "name"): "VTK-m's presets by Ascent's names (any case, spaces ignored: Cool to Warm, "
                                  "Viridis, Jet, Black-Body Radiation, ...; Default = Viridis), from VTK-m's "
                                  "control points in the preset's colour space (RGB, Lab, diverging), plus insitu's "
-                                 "own maps (viridis, ... lower case: matplotlib's); unknown names list close ones",
+                                 "own maps (viridis, ... lower case: matplotlib's); unknown names list close ones; "
+                                 "without a color_table, Cool to Warm (Ascent's renderers' default)",
     ("color table key", "control_points"): "Ascent's list ({type: rgb, position, color} / {type: alpha, position, "
                                            "alpha}) and map ({position, r, g, b, a}) forms; as Ascent: without a "
                                            "name the rgb points replace Cool to Warm's (its diverging space), with "

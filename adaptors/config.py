@@ -215,7 +215,7 @@ MAX_OPACITY_POINTS = 256
 _COLOR_TABLE = {
     "name": P("colormap", "colour table: insitu's maps (" + ", ".join(n for n in _colormap.NAMES if n not in
               _colormap.PRESETS) + ") or VTK-m's presets as Ascent names them (" + ", ".join(_colormap.PRESETS)
-              + "), any case, spaces ignored", "viridis"),
+              + "), any case, spaces ignored; default Cool to Warm, as Ascent's renderers", "Cool to Warm"),
     "control_points": P("control_points", "Ascent's control points, positions in [0, 1] of the colour range: a "
                         "list of {type: rgb, position, color: [r, g, b]} (or r, g, b keys) and {type: alpha, "
                         "position, alpha}, or {position: [...], r: [...], g: [...], b: [...], a: [...]}. Without a "

@@ -444,10 +444,11 @@ def vtk_table(points, t, space):
 """, "jet"),  # added to Jet's points, in Jet's RGB space (a point's colour also as r, g, b keys)
     ("""            name: "cool to warm"
 """, "preset"),
+    ("", "default"),  # no color_table: Cool to Warm, as Ascent's renderers (vtkh::Renderer) draw
 ])
 def test_colour_tables_are_ascents_drawn_as_the_table_at_the_field(tmp_path, table, space):
     w, h = 96, 64
-    plots = PSEUDOCOLOR_T + "          color_table:\n" + table
+    plots = PSEUDOCOLOR_T + ("          color_table:\n" + table if table else "")
     img = image(tmp_path, scene(plots, FRONT, width=w, height=h, name=tmp_path / "ct"), "ct")
     t, inside = front_face_t(w, h)
     if space == "diverging":
@@ -456,7 +457,7 @@ def test_colour_tables_are_ascents_drawn_as_the_table_at_the_field(tmp_path, tab
         pts = [[0.0, 0.1, 0.0, 0.7], [0.111111, 0, 0, 1], [0.3, 0.8, 0.1, 0.0], [0.3650795, 0, 1, 1],
                [0.4920635, 0.5, 1, 0.5], [0.6190475, 1, 1, 0], [0.873016, 1, 0, 0], [1.0, 0.0, 0.6, 0.1]]
         ref = np.stack([np.interp(t, [p[0] for p in pts], [p[c] for p in pts]) for c in (1, 2, 3)], -1)
-    else:  # VTK-m's Cool to Warm: Moreland's diverging map between its published end colours
+    else:  # VTK-m's Cool to Warm (named or the default): Moreland's diverging map between its published ends
         ref = vtk_table([[0, 0.23137254902, 0.298039215686, 0.752941176471], [0.5, 0.865, 0.865, 0.865],
                          [1, 0.705882352941, 0.0156862745098, 0.149019607843]], t, "diverging")
     got, want = shaded_differences(img, ref)
