@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -367,6 +369,53 @@ def test_hosts_are_removed_whatever_happens():
     assert p.wait(timeout=5) == -9  # killed by close()
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert h.netns not in names and hosts._sw not in names
+
+
+# --------------------------------------------------------------------------- MPI ranks across namespaces
+
+# Hydra starts every rank from one proxy, so MPICH would take them all for one node's and join them
+# through shared memory (SysV segments, cross-memory attach) that a mount namespace does not
+# separate: every peer is made remote instead, over TCP, so ranks of different hosts meet only
+# through their links (ranks of one host go through its loopback).
+_MPI_APART = {"MPIR_CVAR_NOLOCAL": "1", "UCX_TLS": "tcp", "FI_PROVIDER": "tcp"}
+
+
+def _mpmd(hosts, per_host: int, argv: list[str]) -> list[str]:
+    """One mpiexec job with `per_host` ranks inside each host: rank r in hosts[r // per_host]."""
+    from insitu.launch import mpiexec
+
+    cmd = mpiexec()
+    for i, h in enumerate(hosts):
+        cmd += ([":"] if i else []) + ["-n", str(per_host), *h.command(argv)]
+    return cmd
+
+
+@pytest.mark.parametrize("per_host", [1, 2])
+def test_embedded_ranks_on_two_hosts_draw_the_one_process_frame(per_host):
+    # The default engine across hosts: each rank draws its blocks, the halo exchange (eikonal
+    # filter) and the compositing cross between hosts by MPI; the frame is compared with one
+    # process's render of the whole field, the arrival times with the whole-grid solve.
+    from mpi4py import MPI
+
+    if not MPI.Get_library_version().startswith("MPICH"):
+        pytest.skip(f"ranks are placed in namespace hosts by MPICH's hydra (MPMD through nsenter); "
+                    f"this mpi4py has {MPI.Get_library_version().splitlines()[0]}")
+    out = tempfile.mkdtemp(prefix="insitu-xhost-", dir="/var/tmp")  # each host has its own /tmp
+    try:
+        with _netns_hosts(2) as hosts:
+            a, b = hosts
+            env = dict(os.environ, PYTHONPATH=ROOT, NUMBA_NUM_THREADS="1", **_MPI_APART)
+            before = a.link_bytes()
+            p = subprocess.run(_mpmd(hosts, per_host, [sys.executable, os.path.join(HERE, "mpi", "adaptor_check.py"),
+                                                       out]), capture_output=True, text=True, env=env, timeout=300)
+            after = a.link_bytes()
+        assert p.returncode == 0, p.stdout + p.stderr[-4000:]
+        assert f"OK ranks={2 * per_host}" in p.stdout, p.stdout
+        # The hosts' ranks met through the link: blocks' ghost layers, image pieces, gathers.
+        assert after[0] - before[0] > 20_000 and after[1] - before[1] > 20_000, (before, after)
+        print(f"link of {a.name}: {after[0] - before[0]} B in, {after[1] - before[1]} B out")
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- Spark across namespaces
