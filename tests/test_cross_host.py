@@ -421,12 +421,12 @@ def test_embedded_ranks_on_two_hosts_draw_the_one_process_frame(per_host):
 # --------------------------------------------------------------------------- Spark across namespaces
 
 
-@pytest.fixture(scope="class")
-def cluster(tmp_path_factory):
-    """2 namespace hosts, a Spark standalone worker of 2 cores in each, a network engine."""
+@pytest.fixture(scope="class", params=[2, 3], ids=["2-hosts", "3-hosts"])
+def cluster(tmp_path_factory, request):
+    """2 or 3 namespace hosts, a Spark standalone worker of 2 cores in each, a network engine."""
     if os.environ.get("INSITU_TEST_SPARK_HOSTS") != "1":
         pytest.skip(SPARK_HOSTS_OPT_IN)
-    with _netns_hosts(2) as hosts, spark_cluster(hosts, log_dir=str(tmp_path_factory.mktemp("spark")),
+    with _netns_hosts(request.param) as hosts, spark_cluster(hosts, log_dir=str(tmp_path_factory.mktemp("spark")),
                                                  host_env=spark_hosts_env) as url:
         eng = cluster_engine(hosts, url)
         try:
@@ -449,19 +449,20 @@ def _jacobi_blocks(eng):
     return dom, eng.blocks(jacobi_block, 4, keys=range(4), args=(JDIMS, 4)).cache_gpu()
 
 
-class TestTwoNamespaceHosts:
-    """One cluster of 2 namespace hosts for these (stopped before the next one starts)."""
+class TestNamespaceHosts:
+    """One cluster of 2, then of 3 namespace hosts for these (each stopped before the next starts)."""
 
     def test_halo_iterate_across_namespace_hosts(self, cluster):
-        # 2 "hosts" x 2 partitions: the halos between the hosts' blocks travel over TCP
+        # 4 partitions on the hosts (2 slots each): the halos between hosts' blocks travel over TCP
         # (daemon to daemon), the records through the driver; the result is the whole-grid
         # sweeps'. A task with blocks of both hosts fetches the other host's.
         hosts, eng = cluster
         dom, blocks = _jacobi_blocks(eng)
         out = eng.halo_iterate(blocks, jacobi, 7, domain=dom, per_job=4)
         recs = [s[2] for s in out.rdd.collect()]
-        assert {r.node for r in recs} == {"host0", "host1"}  # both hosts hold blocks: halos crossed
-        assert {r.host for r in recs} == {h.ip for h in hosts}
+        # Blocks on several hosts (4 partitions, 2 slots a host): halos crossed between them.
+        assert len({r.node for r in recs}) >= 2 and {r.node for r in recs} <= {h.name for h in hosts}
+        assert {(r.node, r.host) for r in recs} <= {(h.name, h.ip) for h in hosts}
         got = out.recv_gpu()
         np.testing.assert_array_equal(dom.assemble(got), jacobi_reference(JDIMS, 7))
         # One task for all four blocks: it runs on one host and fetches the other's.
@@ -476,7 +477,7 @@ class TestTwoNamespaceHosts:
         dom, blocks = _jacobi_blocks(eng)
         for _ in range(3):
             blocks = eng.gpu_shuffle(blocks, "halo", domain=dom).exec_gpu(jacobi).cache_gpu(drop_sources=True)
-        assert {s[2].node for s in blocks.rdd.collect()} == {"host0", "host1"}
+        assert len({s[2].node for s in blocks.rdd.collect()}) >= 2
         want = jacobi_reference(JDIMS, 3)
         got = blocks.recv_gpu()
         np.testing.assert_array_equal(dom.assemble(got), want)
@@ -488,7 +489,7 @@ class TestTwoNamespaceHosts:
 
 
     def test_the_paper_listings_across_namespace_hosts(self, cluster):
-        # Listings 1, 2, 6, 7 and 8 (halo_iterate) of the paper on the two hosts, each
+        # Listings 1, 2, 6, 7 and 8 (halo_iterate) of the paper on the hosts, each
         # against its own reference (examples/spark_listings.py).
         sys.path.insert(0, os.path.join(ROOT, "examples"))
         import spark_listings as L
