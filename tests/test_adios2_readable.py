@@ -186,6 +186,26 @@ def test_vtk_vtx_reader_opens_the_mesh_stream(mpi, tmp_path):
     assert os.path.isdir(path)
 
 
+@pytest.mark.mpi
+def test_paraview_opens_the_mesh_stream(mpi, tmp_path):
+    try:
+        from paraview import simple
+    except ImportError as e:
+        pytest.skip(f"ParaView's Python is not here ({e}): the package index has no paraview wheel "
+                    "(pip: 'No matching distribution found for paraview')")
+    path = str(tmp_path / "mesh.bp")
+    r = mpi(2, "adios2_blocks.py", path, STEPS, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    reader = simple.ADIOS2VTXReader(FileName=path)  # ParaView's reader of the vtk.xml schema
+    reader.UpdatePipeline()
+    info = reader.GetDataInformation()
+    assert info.GetNumberOfPoints() == int(np.prod([n + 1 for n in CELLS]))
+    assert info.GetNumberOfCells() == int(np.prod(CELLS))
+    assert {"T"} <= set(reader.PointData.keys()) and {"E"} <= set(reader.CellData.keys())
+    t, _ = expected(0)
+    assert reader.PointData["T"].GetRange() == (float(t.min()), float(t.max()))
+
+
 ANALYSIS = {
     "pipelines": {"iso": {"c": {"type": "contour", "params": {"field": "T", "iso_values": [25000.0]}}}},
     "scenes": {"view": {"plots": {"s": {"type": "pseudocolor", "pipeline": "iso", "field": "E",
