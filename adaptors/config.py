@@ -497,12 +497,16 @@ SCHEMA: dict[str, Any] = {
         "embedded": {},
         "spark": {
             "master": P("str", "Spark master URL (local[N], local-cluster[...], spark://host:port); executors must "
-                        "run on the simulation's nodes: blocks are handed to the daemons there", "local[2]"),
+                        "run on the simulation's nodes: blocks are handed to the daemons there (on several hosts: "
+                        "network: true)", "local[2]"),
             "conf": P("map", "more Spark settings (name: value)"),
             "cpu_daemons": P("int", "CPU worker daemons per node where there is no GPU", 1, lo=1),
             "timeout": P("number", "how long a task or a rank waits for its worker daemon", 60.0, lo=0,
                          lo_open=True, unit="seconds"),
             "npartitions": P("int", "partitions per render (default: Spark's default parallelism)", lo=1),
+            "network": P("bool", "ranks and executors on several hosts: every rank's daemon serves its blocks "
+                         "over TCP, records name their host, the drawing tasks connect to the driver over TCP "
+                         "and take a host's blocks where they run there, else fetch them", False),
         },
     },
     "trigger": {

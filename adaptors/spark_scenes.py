@@ -21,12 +21,16 @@ Each render of a step goes like this:
    visibility order, the volume over the surfaces; the base class adds the background.
 
 Spark's executors must run on the simulation's nodes (``local[N]``, or a cluster whose
-workers are there): the blocks live in the daemons of the node that made them.
+workers are there): the blocks live in the daemons of the node that made them. On several
+hosts (``network: true``) every rank's daemon also serves its blocks over TCP, the records
+name their host, and the serving job's tasks connect to the driver over TCP; a host's blocks
+go to a task running there, else to one that fetches them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any, Mapping
 
 import numpy as np
@@ -67,11 +71,14 @@ def start_spark(ctx: Context, params: Mapping[str, Any]) -> tuple[Any, str]:
         On every rank, where Spark did not start at rank 0 (agreed through `ctx`).
     """
     engine, error, directory = None, None, None
+    if params.get("network"):  # every rank's daemon serves its blocks to the tasks of other hosts
+        os.environ["INSITU_DAEMON_TCP"] = "1"
     if ctx.rank == 0:
         try:
             engine = get_engine("spark")(params["master"], app_name="insitu-adaptor",
                                          conf={k: str(v) for k, v in (params.get("conf") or {}).items()},
-                                         cpu_daemons=params["cpu_daemons"], timeout=params["timeout"])
+                                         cpu_daemons=params["cpu_daemons"], timeout=params["timeout"],
+                                         network=bool(params.get("network")))
             directory = engine.daemon_dir
         except Exception as e:  # every rank raises it below
             e.add_note("while starting Spark for engine: spark")
@@ -143,7 +150,7 @@ class SparkSceneRenderer(SceneRenderer):
 
     def _hand_over(self, plots: list, raw: Dataset) -> tuple[list, dict]:
         """This rank's domains to its daemon: (block records, :class:`BlockSpec` by key)."""
-        from insitu.engine.spark import BlockRecord
+        from insitu.engine.spark import block_record
         from insitu.pool import Package, WorkerDiedError
 
         per_domain = [describe_domain(plots, i, d) for i, d in enumerate(raw.domains)]
@@ -172,9 +179,10 @@ class SparkSceneRenderer(SceneRenderer):
             handles = w.run(pkg)
         rank = self.ctx.rank
         records, specs = [], {}
+        where = self.daemon_dir if self.params.get("network") else None
         for i, ((fields, spec), h) in enumerate(zip(per_domain, handles)):
             key = (rank, i)
-            records.append(BlockRecord(key, h, w.socket_path, device, w.pid))
+            records.append(block_record(w, key, h, device, daemon_dir=where))
             specs[key] = BlockSpec(spec, block_layout(fields))
         return records, specs
 

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -197,6 +198,34 @@ def net_engine():
 class TestNetworkEngineOnOneHost:
     """One local-mode engine with network=True for these (stopped before the clusters below start)."""
 
+    def test_the_step_server_takes_its_tasks_connections_over_tcp(self, net_engine):
+        # Network mode: each serving task connects to the driver (no socket file in the daemon
+        # directory); a step returns what the per-step job returns; a killed task's
+        # replacement connects again and the step is answered.
+        from insitu.engine.serving import StepServer
+
+        eng = net_engine
+        blocks = eng.blocks({g: np.arange(6.0) + 10 * g for g in range(5)}, 2).cache_gpu()
+        records = [src[2] for src in blocks.rdd.collect()]
+        want = blocks.exec_gpu(_affine, None, 2.0, 0.5, with_key=True).recv_gpu()
+        with StepServer(eng) as server:
+            for step in range(2):
+                got = server.run(records, _affine, None, 2.0, 0.5 + step, with_key=True)
+                assert sorted(got) == sorted(want)
+                assert all(np.array_equal(got[k], want[k] + step) for k in want)
+            assert sorted(server._conns) == [0, 1] and not os.listdir(server.directory)
+            assert server._nodes == {0: node_id(eng.daemon_dir), 1: node_id(eng.daemon_dir)}  # as they said
+            for pid in {_tcp_peer_pid(c) for c in server._conns.values()}:
+                os.kill(pid, signal.SIGKILL)
+            got = server.run(records, _affine, None, 2.0, 0.5, with_key=True)
+            assert server.restarts == 1 and all(np.array_equal(got[k], want[k]) for k in want)
+            # A connection without the server's secret (as a task's, else) is closed unanswered.
+            with socket.create_connection(server._address, timeout=10) as intruder:
+                intruder.sendall(bytes(16) + server._token.encode() + (0).to_bytes(4, "big"))
+                assert intruder.recv(1) == b""
+            assert server.run(records, _affine, None, 1.0, 0.0, with_key=True).keys() == want.keys()
+        blocks.drop_gpu()
+
     def test_network_engine_records_name_their_node_and_halo_iterate_uses_the_driver_exchange(self, net_engine):
         from insitu import Domain
 
@@ -251,6 +280,31 @@ class TestNetworkEngineOnOneHost:
 
 
 # --------------------------------------------------------------------------- across namespaces
+
+
+def _affine(block, key, a, b):
+    return block * a + b + key
+
+
+def _tcp_peer_pid(conn: socket.socket) -> int:
+    """The pid of the local process at the other end of the TCP connection `conn`."""
+    port = conn.getpeername()[1]
+    inode = None
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                parts = line.split()
+                if int(parts[1].rsplit(":", 1)[1], 16) == port and parts[3] == "01":  # established, its end
+                    inode = parts[9]
+    assert inode is not None, f"no local socket on port {port}"
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if any(os.readlink(f"/proc/{d}/fd/{fd}") == f"socket:[{inode}]" for fd in os.listdir(f"/proc/{d}/fd")):
+                    return int(d)
+            except OSError:
+                continue
+    raise AssertionError(f"no process holds the socket on port {port}")
 
 
 def _netns_hosts(n: int):
@@ -380,13 +434,15 @@ def test_hosts_are_removed_whatever_happens():
 _MPI_APART = {"MPIR_CVAR_NOLOCAL": "1", "UCX_TLS": "tcp", "FI_PROVIDER": "tcp"}
 
 
-def _mpmd(hosts, per_host: int, argv: list[str]) -> list[str]:
-    """One mpiexec job with `per_host` ranks inside each host: rank r in hosts[r // per_host]."""
+def _mpmd(hosts, per_host: int, argv: list[str], env=None) -> list[str]:
+    """One mpiexec job with `per_host` ranks inside each host: rank r in hosts[r // per_host]
+    (`env(host)`: environment of that host's ranks besides the job's)."""
     from insitu.launch import mpiexec
 
     cmd = mpiexec()
     for i, h in enumerate(hosts):
-        cmd += ([":"] if i else []) + ["-n", str(per_host), *h.command(argv)]
+        extra = [f"{k}={v}" for k, v in (env(h) if env else {}).items()]
+        cmd += ([":"] if i else []) + ["-n", str(per_host), *h.command(["env", *extra, *argv] if extra else argv)]
     return cmd
 
 
@@ -447,6 +503,37 @@ def _jacobi_blocks(eng):
     dom = Domain.create(JDIMS, nblocks=4, ghost=1)
     assert {dom.block(g).padded_shape for g in range(4)} == {(34, 34, 34)}
     return dom, eng.blocks(jacobi_block, 4, keys=range(4), args=(JDIMS, 4)).cache_gpu()
+
+
+def test_spark_adaptor_ranks_on_two_hosts_draw_the_one_process_frame(tmp_path):
+    # engine: spark with network: true, one rank in each of 2 hosts, a Spark standalone worker
+    # in each and the driver in rank 0 (host0): each rank hands its blocks to its own host's
+    # daemon, the serving job's tasks connect to the driver over TCP and draw the blocks of
+    # their host (or fetch them); the frame equals one process's render of the whole field.
+    from mpi4py import MPI
+
+    if os.environ.get("INSITU_TEST_SPARK_HOSTS") != "1":
+        pytest.skip(SPARK_HOSTS_OPT_IN)
+    if not MPI.Get_library_version().startswith("MPICH"):
+        pytest.skip("ranks are placed in namespace hosts by MPICH's hydra (MPMD through nsenter)")
+    out = tempfile.mkdtemp(prefix="insitu-xhost-", dir="/var/tmp")
+    try:
+        with _netns_hosts(2) as hosts, spark_cluster(hosts, log_dir=str(tmp_path), host_env=spark_hosts_env) as url:
+            a = hosts[0]
+            engine = {"type": "spark", "params": {"master": url, "network": True, "timeout": 120, "conf": {
+                "spark.driver.host": a.ip, "spark.driver.bindAddress": a.ip, "spark.executor.memory": "512m",
+                "spark.cores.max": "4", "spark.executorEnv.PYTHONPATH": os.pathsep.join([ROOT, HERE])}}}
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE]), NUMBA_NUM_THREADS="1", **_MPI_APART)
+            p = subprocess.run(_mpmd(hosts, 1, [sys.executable, os.path.join(HERE, "mpi", "adaptor_check.py"), out,
+                                                json.dumps(engine)],
+                                     env=lambda h: {"INSITU_NODE_ID": h.name, "INSITU_NODE_HOST": h.ip}),
+                               capture_output=True, text=True, env=env, timeout=600)
+        assert p.returncode == 0, p.stdout + p.stderr[-6000:]
+        assert "OK ranks=2 engine=spark" in p.stdout, p.stdout
+        # The drawing tasks ran on both hosts (a task takes the blocks of the host it runs on).
+        assert "serving tasks on nodes: ['host0', 'host1']" in p.stdout, p.stdout
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 class TestNamespaceHosts:

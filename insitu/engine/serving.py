@@ -13,18 +13,24 @@ executor killed) fails the barrier stage, Spark runs the stage again, and the dr
 sends the step's request once more to the new task (a request has no side effects: it
 reads cached blocks and returns values).
 
-The tasks must run on the driver's node (``local[N]``, ``local-cluster``): the sockets
-are files of the node's daemon directory, as the rounds of
-:meth:`~insitu.engine.spark.SparkEngine.halo_iterate` are.
+Without ``network=True`` the tasks must run on the driver's node (``local[N]``,
+``local-cluster``): they listen on sockets that are files of the node's daemon directory.
+With it (tasks on several hosts) each task connects to the driver instead, over TCP, and
+says which task it is with the server's secret; the driver sends its requests on that
+connection, and a task whose blocks live on another host fetches them from that host's
+daemon (:mod:`insitu.transports.tcp`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hmac
 import logging
 import os
+import secrets
 import socket
+import struct
 import threading
 import time
 import uuid
@@ -41,6 +47,9 @@ __all__ = ["ServerError", "StepServer"]
 log = logging.getLogger(__name__)
 
 _STOP = "stop"
+#: A task's first bytes on its connection to the driver (network mode): the server's
+#: secret, the job's token, the task's index.
+_HELLO = struct.Struct("!16s10sI")
 
 
 class ServerError(InsituError):
@@ -50,9 +59,12 @@ class ServerError(InsituError):
 # --------------------------------------------------------------------------- in the tasks
 
 
-def _serve_task(index: int, it, *, ctx: _Ctx, directory: str, token: str) -> list:
-    """One partition of the serving job: answer the driver's requests until told to stop."""
+def _serve_task(index: int, it, *, ctx: _Ctx, directory: str, token: str, driver: tuple | None = None) -> list:
+    """One partition of the serving job: answer the driver's requests until told to stop
+    (`driver`: ``(host, port, secret)`` to connect to, in network mode)."""
     list(it)
+    if driver is not None:
+        return _serve_driver(index, ctx, token, driver)
     path = os.path.join(directory, f"{token}-{index}.sock")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # an earlier attempt of this stage left it
@@ -85,6 +97,27 @@ def _serve_task(index: int, it, *, ctx: _Ctx, directory: str, token: str) -> lis
     return []
 
 
+def _serve_driver(index: int, ctx: _Ctx, token: str, driver: tuple) -> list:
+    """Network mode: connect to the driver, answer on that connection; connect again when
+    the driver drops it, end when told to stop or when the driver no longer listens."""
+    host, port, secret = driver
+    parent = os.getppid()
+    while os.getppid() == parent:
+        try:
+            conn = socket.create_connection((host, port), timeout=ctx.timeout)
+        except OSError:  # the server closed (or the driver is gone): nothing to serve
+            break
+        with conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            node = ctx.node.encode()[:255]
+            conn.sendall(_HELLO.pack(bytes.fromhex(secret), token.encode(), index) + bytes([len(node)]) + node)
+            conn.settimeout(None)
+            if not _serve_connection(conn, index, ctx):
+                break
+        time.sleep(0.01)  # dropped (or refused: a restarted job's token): not a busy loop
+    return []
+
+
 def _serve_connection(conn: socket.socket, index: int, ctx: _Ctx) -> bool:
     """Answer requests on `conn` until the driver closes it (True) or says stop (False)."""
     while True:
@@ -103,6 +136,17 @@ def _serve_connection(conn: socket.socket, index: int, ctx: _Ctx) -> bool:
         except Exception as e:  # the driver raises it; the task goes on serving
             reply = ("error", _portable(e), time.perf_counter() - t0)
         handoff.send_frames(conn, handoff.dumps(reply))
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = conn.recv_into(view[got:])
+        if not k:
+            raise ConnectionError("closed before its hello ended")
+        got += k
+    return bytes(buf)
 
 
 def _portable(e: BaseException) -> BaseException:
@@ -146,6 +190,15 @@ class StepServer:
         self.timeout = float(engine._ctx.timeout if timeout is None else timeout)
         self.directory = os.path.join(engine.daemon_dir, "serve")
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        self._listener: socket.socket | None = None
+        self._arrived = threading.Condition()
+        self._nodes: dict[int, str] = {}  # network mode: the node each task said it runs on
+        if engine._ctx.network:  # tasks on other hosts connect back to the driver
+            self._secret = secrets.token_bytes(16)
+            self._listener = socket.create_server(("0.0.0.0", 0), backlog=64)
+            host = engine.sc.getConf().get("spark.driver.host", None) or "127.0.0.1"
+            self._address = (host, self._listener.getsockname()[1])
+            threading.Thread(target=self._accept, name="insitu-serve-accept", daemon=True).start()
         self.restarts = 0
         #: Seconds the slowest task of the last step spent running it on its daemons
         #: (the rest of a step's time is the requests' and answers' way).
@@ -162,8 +215,10 @@ class StepServer:
         self._token = uuid.uuid4().hex[:10]
         self._error: BaseException | None = None
         sc = self.engine.sc
+        driver = None if self._listener is None else (*self._address, self._secret.hex())
         rdd = sc.parallelize(range(self.npartitions), self.npartitions).barrier().mapPartitionsWithIndex(
-            functools.partial(_serve_task, ctx=self.engine._ctx, directory=self.directory, token=self._token))
+            functools.partial(_serve_task, ctx=self.engine._ctx, directory=self.directory, token=self._token,
+                              driver=driver))
         token = self._token
 
         def job() -> None:
@@ -179,8 +234,53 @@ class StepServer:
     def _socket(self, index: int) -> str:
         return os.path.join(self.directory, f"{self._token}-{index}.sock")
 
+    def _accept(self) -> None:
+        """Network mode: take the tasks' connections (those with the secret and the job's
+        token), each under its task's index."""
+        while True:
+            try:
+                conn, _ = self._listener.accept()  # type: ignore[union-attr]
+            except OSError:  # closed
+                return
+            threading.Thread(target=self._hello, args=(conn,), name="insitu-serve-hello", daemon=True).start()
+
+    def _hello(self, conn: socket.socket) -> None:
+        """A task's connection: kept under its index if it has the secret and the job's token."""
+        try:
+            conn.settimeout(self.timeout)
+            secret, token, index = _HELLO.unpack(_recv_exact(conn, _HELLO.size))
+            if (not hmac.compare_digest(secret, self._secret) or token.decode() != self._token
+                    or index >= self.npartitions):
+                conn.close()  # requests are code: only the job's own tasks get them
+                return
+            node = _recv_exact(conn, _recv_exact(conn, 1)[0]).decode()
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.settimeout(self.timeout)
+        except (OSError, UnicodeDecodeError):
+            conn.close()
+            return
+        with self._arrived:
+            old = self._conns.pop(index, None)
+            self._conns[index] = conn
+            self._nodes[index] = node
+            self._arrived.notify_all()
+        if old is not None:
+            old.close()
+
     def _connect(self, index: int, deadline: float) -> socket.socket:
         """A connection to task `index`, waiting for it to listen (its job may be starting)."""
+        if self._listener is not None:
+            with self._arrived:
+                while index not in self._conns:
+                    if not self._thread.is_alive():
+                        raise ServerError(f"StepServer: the serving job ended ({_describe(self._error)})") \
+                            from self._error
+                    if time.monotonic() > deadline:
+                        raise PeerTimeoutError(f"StepServer: task {index} of the serving job did not connect "
+                                               f"within {self.timeout:g} s (are {self.npartitions} task slots "
+                                               "free?)")
+                    self._arrived.wait(0.05)
+                return self._conns[index]
         conn = self._conns.get(index)
         if conn is not None:
             return conn
@@ -203,7 +303,8 @@ class StepServer:
             time.sleep(0.001)
 
     def _drop(self, index: int) -> None:
-        conn = self._conns.pop(index, None)
+        with self._arrived:
+            conn = self._conns.pop(index, None)
         if conn is not None:
             conn.close()
 
@@ -223,14 +324,10 @@ class StepServer:
         if self._closed:
             raise ServerError("StepServer: closed")
         steps = (("exec", (kernel, function_name, tuple(args)), dict(launch)),)
-        groups: dict[int, list] = {}
-        for i, sock in enumerate(sorted({r.socket for r in records})):  # each daemon's blocks to one task
-            groups.setdefault(i % self.npartitions, []).append(
-                [(r.key, "handle", r) for r in records if r.socket == sock])
         with self._lock:
             for attempt in (0, 1):
                 try:
-                    return self._step(groups, steps)
+                    return self._step(self._groups(records), steps)
                 except (ConnectionError, EOFError, OSError, ServerError) as e:
                     if attempt or self._closed:
                         raise ServerError(f"StepServer: a step failed after a restart of the serving job: "
@@ -238,6 +335,31 @@ class StepServer:
                     log.warning("StepServer: the serving job lost a task (%s); restarting it", _describe(e))
                     self._restart()
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _groups(self, records: Sequence[BlockRecord]) -> dict[int, list]:
+        """Each daemon's blocks to one task: ``{task index: [[source, ...] per daemon]}``. In
+        network mode a daemon's blocks go to a task on its node where one runs (the tasks
+        say their node when they connect), else to any (which fetches them over TCP)."""
+        daemons = sorted({(r.node or "", r.socket) for r in records})
+        on_node: dict[str, list[int]] = {}
+        if self._listener is not None:
+            deadline = time.monotonic() + self.timeout
+            for i in range(self.npartitions):
+                self._connect(i, deadline)
+            for i in range(self.npartitions):
+                on_node.setdefault(self._nodes.get(i, ""), []).append(i)
+        groups: dict[int, list] = {}
+        taken: dict[str, int] = {}
+        for n, (node, sock) in enumerate(daemons):
+            near = on_node.get(node)
+            if near:
+                index = near[taken.get(node, 0) % len(near)]
+                taken[node] = taken.get(node, 0) + 1
+            else:
+                index = n % self.npartitions
+            groups.setdefault(index, []).append(
+                [(r.key, "handle", r) for r in records if r.socket == sock and (r.node or "") == node])
+        return groups
 
     def _step(self, groups: dict, steps: tuple) -> dict:
         deadline = time.monotonic() + self.timeout
@@ -290,6 +412,8 @@ class StepServer:
             self._drop(index)
         with contextlib.suppress(OSError):
             open(os.path.join(self.directory, f"{self._token}.stop"), "w").close()
+        if self._listener is not None:  # a task that would connect again finds no server: it ends
+            self._listener.close()
         self._thread.join(self.timeout)
         if self._thread.is_alive():
             with contextlib.suppress(Exception):

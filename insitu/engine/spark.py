@@ -120,11 +120,31 @@ from insitu.pool import DaemonWorker
 from insitu.pool.daemon import fingerprint
 
 from .java import java_home
-from ._spark_tasks import (BlockRecord, LostBlocksError, _action_task, _Ctx, _extract_task, _group_assemble,
-                           _group_task, _halo_assemble, _identity, _order_key, _rounds_task, _stable, export_slab,
-                           import_slab, load_checkpoint_block)
+from ._spark_tasks import (BlockRecord, LostBlocksError, _action_task, _Ctx, _endpoint, _extract_task,
+                           _group_assemble, _group_task, _halo_assemble, _identity, _order_key, _rounds_task, _stable,
+                           export_slab, import_slab, load_checkpoint_block)
 
-__all__ = ["BlockRecord", "LostBlocksError", "SparkBlocks", "SparkEngine", "export_slab", "import_slab"]
+__all__ = ["BlockRecord", "LostBlocksError", "SparkBlocks", "SparkEngine", "block_record", "export_slab",
+           "import_slab"]
+
+
+def block_record(worker: DaemonWorker, key: Hashable, handle: Any, device: int | None, *,
+                 daemon_dir: str | None = None) -> BlockRecord:
+    """The record of a block `worker`'s daemon cached under `handle`, as the engine's tasks
+    make them (what :meth:`SparkEngine.adopt` takes).
+
+    Parameters
+    ----------
+    daemon_dir : str, optional
+        The node's daemon directory, given for a network engine's records: they then name
+        the node and the daemon's TCP block server, where tasks of other hosts fetch it.
+    """
+    if daemon_dir is None:
+        return BlockRecord(key, handle, worker.socket_path, device, worker.pid)
+    from insitu.pool.node import node_id
+
+    return BlockRecord(key, handle, worker.socket_path, device, worker.pid, node_id(os.path.abspath(daemon_dir)),
+                       tuple(_endpoint(worker)))
 
 
 # --------------------------------------------------------------------------- the driver side

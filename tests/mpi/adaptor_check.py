@@ -3,8 +3,9 @@
 Usage: mpiexec -n N python tests/mpi/adaptor_check.py OUTDIR [ENGINE]
 
 ENGINE (default embedded) draws the decomposed run: ``spark`` hands the blocks to worker
-daemons and draws them in Spark tasks (local[2]); the reference is always drawn by one
-process on the embedded engine.
+daemons and draws them in Spark tasks (local[2]); a JSON object is the whole engine entry
+(``{"type": "spark", "params": {...}}``); the reference is always drawn by one process on
+the embedded engine.
 
 Each rank hands its blocks (two ghost nodes, the Blueprint ghost field marking them) of a field
 decomposed over N ranks; the frame rank 0 writes is compared with a frame of the same
@@ -28,6 +29,10 @@ from insitu import Domain
 
 out = sys.argv[1]
 engine = sys.argv[2] if len(sys.argv) > 2 else "embedded"
+if engine.startswith("{"):  # a whole engine entry: {"type": "spark", "params": {...}}
+    import json
+
+    engine = json.loads(engine)
 comm = MPI.COMM_WORLD
 rank, size = comm.rank, comm.size
 dims = (33, 29, 25)
@@ -65,6 +70,9 @@ bad = []
 with adaptors.Adaptor(cfg(os.path.join(out, "split_%d"), engine), comm) as a:
     if not a.execute(0, 0.0, mesh):
         bad.append(f"rank {rank}: {a.results()['errors']}")
+    serving = getattr(a._scenes, "_serving", None)
+    if rank == 0 and serving is not None and serving._nodes:  # network mode: where the drawing tasks ran
+        print("serving tasks on nodes:", sorted(set(serving._nodes.values())), flush=True)
 
 # Eikonal across ranks against the whole-grid solve.
 e = adaptors.load({"pipelines": {"p": {"e": {"type": "eikonal", "params": {
@@ -99,6 +107,7 @@ if rank == 0:
         bad.append(f"eikonal: decomposed arrival times differ from the whole-grid solve by {worst:.3e}")
     for b in bad:
         print("FAIL", b, flush=True)
-    print(f"{'OK' if not bad else 'FAILED'} ranks={size} engine={engine} pixels_close={close:.5f} "
+    name = engine if isinstance(engine, str) else engine["type"]
+    print(f"{'OK' if not bad else 'FAILED'} ranks={size} engine={name} pixels_close={close:.5f} "
           f"eikonal_err={worst:.2e}", flush=True)
 sys.exit(1 if rank == 0 and bad else 0)
