@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 _STOP = "stop"
 #: A task's first bytes on its connection to the driver (network mode): the server's
-#: secret, the job's token, the task's index.
+#: secret, the job's token, the task's index; then its node id (a length byte, UTF-8).
 _HELLO = struct.Struct("!16s10sI")
 
 
