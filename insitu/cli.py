@@ -596,14 +596,14 @@ def warmup_config(config: str | None = None, *, dtypes: tuple[str, ...] = ("floa
             for dtype in dtypes:
                 for cell_mesh in (False, True) if cells else (False,):
                     wcfg = _warmup_config(cfg, images, cell_mesh)
-                    pick = (lambda ms: ms[2:]) if cell_mesh else (lambda ms: ms[:2])
-                    chosen = pick(_warmup_meshes(cfg, ad.pipelines.added_fields, dtype, cell_mesh))
+                    part = slice(2, None) if cell_mesh else slice(0, 2)  # hexahedra, or the grids
+                    chosen = _warmup_meshes(cfg, ad.pipelines.added_fields, dtype, cell_mesh)[part]
                     if cp is not None:
                         # The same meshes from device arrays (the CUDA kernels), small and large:
                         # CuPy's block reductions compile a kernel per block size, which it picks
                         # from the length reduced (below 1025 elements), so the short arrays of a
                         # small mesh and the long ones of a job's each need theirs.
-                        large = pick(_warmup_meshes(cfg, ad.pipelines.added_fields, dtype, cell_mesh, n=_LARGE))
+                        large = _warmup_meshes(cfg, ad.pipelines.added_fields, dtype, cell_mesh, n=_LARGE)[part]
                         chosen += [(f"{label}, device", _on_device(mesh, cp)) for label, mesh in chosen]
                         chosen += [(f"{label}, {_LARGE}^3, device", _on_device(mesh, cp)) for label, mesh in large]
                     for label, mesh in chosen:

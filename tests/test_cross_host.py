@@ -434,6 +434,15 @@ def test_hosts_are_removed_whatever_happens():
 _MPI_APART = {"MPIR_CVAR_NOLOCAL": "1", "UCX_TLS": "tcp", "FI_PROVIDER": "tcp"}
 
 
+def _require_mpich() -> None:
+    from mpi4py import MPI
+
+    found = MPI.Get_library_version()
+    if not found.startswith("MPICH"):
+        pytest.skip(f"needs MPICH's hydra to place ranks in namespace hosts (MPMD through nsenter); this mpi4py "
+                    f"is built on {found.splitlines()[0].strip()}")
+
+
 def _mpmd(hosts, per_host: int, argv: list[str], env=None) -> list[str]:
     """One mpiexec job with `per_host` ranks inside each host: rank r in hosts[r // per_host]
     (`env(host)`: environment of that host's ranks besides the job's)."""
@@ -451,11 +460,7 @@ def test_embedded_ranks_on_two_hosts_draw_the_one_process_frame(per_host):
     # The default engine across hosts: each rank draws its blocks, the halo exchange (eikonal
     # filter) and the compositing cross between hosts by MPI; the frame is compared with one
     # process's render of the whole field, the arrival times with the whole-grid solve.
-    from mpi4py import MPI
-
-    if not MPI.Get_library_version().startswith("MPICH"):
-        pytest.skip(f"ranks are placed in namespace hosts by MPICH's hydra (MPMD through nsenter); "
-                    f"this mpi4py has {MPI.Get_library_version().splitlines()[0]}")
+    _require_mpich()
     out = tempfile.mkdtemp(prefix="insitu-xhost-", dir="/var/tmp")  # each host has its own /tmp
     try:
         with _netns_hosts(2) as hosts:
@@ -510,12 +515,9 @@ def test_spark_adaptor_ranks_on_two_hosts_draw_the_one_process_frame(tmp_path):
     # in each and the driver in rank 0 (host0): each rank hands its blocks to its own host's
     # daemon, the serving job's tasks connect to the driver over TCP and draw the blocks of
     # their host (or fetch them); the frame equals one process's render of the whole field.
-    from mpi4py import MPI
-
     if os.environ.get("INSITU_TEST_SPARK_HOSTS") != "1":
         pytest.skip(SPARK_HOSTS_OPT_IN)
-    if not MPI.Get_library_version().startswith("MPICH"):
-        pytest.skip("ranks are placed in namespace hosts by MPICH's hydra (MPMD through nsenter)")
+    _require_mpich()
     out = tempfile.mkdtemp(prefix="insitu-xhost-", dir="/var/tmp")
     try:
         with _netns_hosts(2) as hosts, spark_cluster(hosts, log_dir=str(tmp_path), host_env=spark_hosts_env) as url:

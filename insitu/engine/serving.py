@@ -38,6 +38,7 @@ from typing import Any, Sequence
 
 from insitu.errors import InsituError, PeerTimeoutError
 from insitu.pool import handoff
+from insitu.transports.tcp import recv_bytes
 from insitu.pool.client import peer_credentials
 
 from ._spark_tasks import BlockRecord, _action_task, _Ctx
@@ -136,17 +137,6 @@ def _serve_connection(conn: socket.socket, index: int, ctx: _Ctx) -> bool:
         except Exception as e:  # the driver raises it; the task goes on serving
             reply = ("error", _portable(e), time.perf_counter() - t0)
         handoff.send_frames(conn, handoff.dumps(reply))
-
-
-def _recv_exact(conn: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    view, got = memoryview(buf), 0
-    while got < n:
-        k = conn.recv_into(view[got:])
-        if not k:
-            raise ConnectionError("closed before its hello ended")
-        got += k
-    return bytes(buf)
 
 
 def _portable(e: BaseException) -> BaseException:
@@ -248,12 +238,12 @@ class StepServer:
         """A task's connection: kept under its index if it has the secret and the job's token."""
         try:
             conn.settimeout(self.timeout)
-            secret, token, index = _HELLO.unpack(_recv_exact(conn, _HELLO.size))
+            secret, token, index = _HELLO.unpack(recv_bytes(conn, _HELLO.size))
             if (not hmac.compare_digest(secret, self._secret) or token.decode() != self._token
                     or index >= self.npartitions):
                 conn.close()  # requests are code: only the job's own tasks get them
                 return
-            node = _recv_exact(conn, _recv_exact(conn, 1)[0]).decode()
+            node = recv_bytes(conn, recv_bytes(conn, 1)[0]).decode()
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn.settimeout(self.timeout)
         except (OSError, UnicodeDecodeError):

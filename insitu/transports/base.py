@@ -150,7 +150,7 @@ def wait_requests(requests: Sequence, peers: Sequence[int | None], deadline: flo
 
     Point-to-point requests that did not complete are cancelled before raising, so their
     buffers can be freed. Collective ones are left pending: MPI forbids cancelling them
-    (Open MPI blocks in the attempt); the communicator they ran on is not used again.
+    (Open MPI blocks in the attempt).
     """
     from mpi4py import MPI
 

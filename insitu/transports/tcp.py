@@ -43,7 +43,7 @@ import numpy as np
 from ..errors import InsituError, PeerTimeoutError
 
 __all__ = ["ALL", "BlockServer", "Endpoint", "PeerUnreachableError", "RecordExchange", "allgather", "alltoall", "drop",
-           "endpoint", "fetch", "fetch_many", "reset_stats", "start_server", "stats"]
+           "endpoint", "fetch", "fetch_many", "recv_bytes", "reset_stats", "start_server", "stats"]
 
 _MAGIC, _XMAGIC = b"INB1", b"INX1"
 _OP_GET, _OP_TAKE, _OP_DROP = 1, 2, 3
@@ -96,7 +96,8 @@ def _recv_exact(sock: socket.socket, view: memoryview) -> None:
         got += k
 
 
-def _recv_bytes(sock: socket.socket, n: int) -> bytes:
+def recv_bytes(sock: socket.socket, n: int) -> bytes:
+    """Exactly `n` bytes from `sock` (ConnectionResetError if the peer closes first)."""
     buf = bytearray(n)
     _recv_exact(sock, memoryview(buf))
     return bytes(buf)
@@ -317,7 +318,7 @@ def _read_reply(s: socket.socket, ep: Endpoint, what: str, out: np.ndarray | Non
     if magic != _MAGIC:
         raise PeerUnreachableError(f"tcp: the process at {ep.peer} does not speak insitu's block protocol ({what})")
     if status:
-        raise InsituError(f"tcp: the worker daemon at {ep.peer} refused {what}: {_recv_bytes(s, nbytes).decode()}")
+        raise InsituError(f"tcp: the worker daemon at {ep.peer} refused {what}: {recv_bytes(s, nbytes).decode()}")
     if not dtype.rstrip(b"\0"):
         return None
     dt = np.dtype(dtype.rstrip(b"\0").decode())
@@ -482,12 +483,12 @@ class RecordExchange:
                     parts, size = [], 0
                     ok = magic == _XMAGIC and hmac.compare_digest(token, self.token) and index < nparts
                     for _ in range(count if ok else 0):
-                        target, n = _PART.unpack(_recv_bytes(conn, _PART.size))
+                        target, n = _PART.unpack(recv_bytes(conn, _PART.size))
                         size += n
                         if size > _MAX_POST or (target >= nparts and target != ALL):
                             ok = False
                             break
-                        parts.append((target, _recv_bytes(conn, n)))
+                        parts.append((target, recv_bytes(conn, n)))
                     if not ok:
                         msg = b"bad request (wrong protocol, token, partition or size)"
                         conn.sendall(_XREP.pack(_XMAGIC, 1, len(msg)) + msg)
@@ -537,15 +538,15 @@ def alltoall(addr, job: int, rnd: int, index: int, nparts: int, parts: Mapping[i
     try:
         s.sendall(_XREQ.pack(_XMAGIC, _token_bytes(ep[2]), job, rnd, index, nparts, float(timeout), len(items))
                   + b"".join(_PART.pack(t, len(b)) + bytes(b) for t, b in items))
-        magic, status, count = _XREP.unpack(_recv_bytes(s, _XREP.size))
+        magic, status, count = _XREP.unpack(recv_bytes(s, _XREP.size))
         if magic != _XMAGIC:
             raise PeerUnreachableError(f"tcp: the process at {ep.peer} is not insitu's record exchange")
         if status:
-            raise InsituError(f"halo_iterate: {_recv_bytes(s, count).decode()}")
+            raise InsituError(f"halo_iterate: {recv_bytes(s, count).decode()}")
         out = []
         for _ in range(count):
-            sender, n = _PART.unpack(_recv_bytes(s, _PART.size))
-            out.append((sender, _recv_bytes(s, n)))
+            sender, n = _PART.unpack(recv_bytes(s, _PART.size))
+            out.append((sender, recv_bytes(s, n)))
         return out
     except TimeoutError:
         _forget(ep)
