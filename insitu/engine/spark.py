@@ -116,13 +116,18 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
-from insitu.pool import DaemonWorker
+from insitu.errors import InsituError, PeerTimeoutError
+from insitu.log import get_logger
+from insitu.pool import DaemonWorker, Package, WorkerDiedError
 from insitu.pool.daemon import fingerprint
+from insitu.transports import tcp
 
 from .java import java_home
 from ._spark_tasks import (BlockRecord, LostBlocksError, _action_task, _Ctx, _endpoint, _extract_task,
                            _group_assemble, _group_task, _halo_assemble, _identity, _order_key, _rounds_task, _stable,
                            export_slab, import_slab, load_checkpoint_block)
+
+_log = get_logger(__name__)
 
 __all__ = ["BlockRecord", "LostBlocksError", "SparkBlocks", "SparkEngine", "block_record", "export_slab",
            "import_slab"]
@@ -527,7 +532,47 @@ class SparkEngine:
         hosts = [sorted({s[2].host for s in p if s[1] == "handle" and s[2].host}) for p in parts]
         rdd = (located_rdd(self.sc, parts, hosts) if any(hosts) else
                self.sc.parallelize(parts, like.npartitions)).flatMap(_identity)
-        return SparkBlocks(self, rdd, like.placement, like.npartitions, cached=True)
+        return SparkBlocks(self, rdd, like.placement, like.npartitions, cached=True, records=records)
+
+    def _drop_records(self, records: list) -> bool:
+        """Free the blocks of `records` from the driver, without a Spark job: over TCP from
+        their daemons' block servers (network engines), else through the daemon sockets of
+        this node. False (nothing done) where some record is not a cached block the driver
+        can reach so; the caller then runs a job. A daemon that died, or was replaced,
+        took its blocks with it: it is skipped."""
+        recs = [s[2] for s in records if len(s) > 2 and s[1] == "handle" and isinstance(s[2], BlockRecord)]
+        if len(recs) != len(records):
+            return False
+        by: dict = {}
+        if self._ctx.network:
+            if any(r.addr is None for r in recs):
+                return False
+            for r in recs:
+                by.setdefault(tuple(r.addr), []).append(r.handle)
+            for addr, handles in by.items():
+                try:
+                    tcp.drop(addr, handles, timeout=self._ctx.timeout)
+                except (PeerTimeoutError, InsituError) as e:  # unreachable, silent, or a stranger now
+                    _log.info("dropping %d blocks: their daemon is gone (%s)", len(handles), e)
+            return True
+        if any(not os.path.exists(r.socket) for r in recs):  # a daemon of another node, or gone
+            return False
+        for r in recs:
+            by.setdefault((r.socket, r.pid), []).append(r.handle)
+        for (sock, pid), handles in by.items():
+            w = DaemonWorker(sock, timeout=self._ctx.timeout)
+            try:
+                if w.ping() != pid:
+                    continue  # a new daemon: the blocks died with the old one
+                pkg = Package()
+                for h in handles:
+                    pkg.add("drop", h)
+                w.run(pkg)
+            except WorkerDiedError:
+                continue
+            finally:
+                w.close()
+        return True
 
     def restore(self, directory: str, keys: Sequence[Hashable], *, placement: Mapping | None = None,
                 npartitions: int | None = None) -> "SparkBlocks":
@@ -565,7 +610,8 @@ class SparkEngine:
         parts = [[] for _ in range(n)]
         for r in records:
             parts[placement[r.key]].append((r.key, "handle", r))
-        return SparkBlocks(self, self.sc.parallelize(parts, n).flatMap(_identity), placement, n, cached=True)
+        return SparkBlocks(self, self.sc.parallelize(parts, n).flatMap(_identity), placement, n, cached=True,
+                           records=[s for p in parts for s in p])
 
     def daemons(self) -> list[str]:
         """Sockets of the daemons of this engine's directory (on this node)."""
@@ -649,9 +695,12 @@ class SparkBlocks:
     """
 
     def __init__(self, engine: SparkEngine, rdd, placement: dict | None, npartitions: int, steps: tuple = (),
-                 cached: bool = False) -> None:
+                 cached: bool = False, records: list | None = None) -> None:
         self.engine, self.rdd, self.placement, self.npartitions = engine, rdd, placement, npartitions
         self._steps, self.cached = tuple(steps), cached
+        # The cached RDD's contents where the driver has them (they never change: the RDD is
+        # checkpointed or parallelized from them), so freeing the blocks needs no Spark job.
+        self._records = records if cached else None
 
     @property
     def partitioner(self) -> Callable:
@@ -700,8 +749,8 @@ class SparkBlocks:
         # rather than pipelining a copy of it), lineage truncated by the local checkpoint.
         rdd.cache()
         rdd.localCheckpoint()
-        rdd.count()
-        return SparkBlocks(self.engine, rdd, self.placement, self.npartitions, cached=True)
+        records = rdd.collect()  # as cheap as count(): records are a few bytes a block
+        return SparkBlocks(self.engine, rdd, self.placement, self.npartitions, cached=True, records=records)
 
     def recv_gpu(self, *, drop_sources: bool = False) -> dict:
         """Carry out the pending operations and return the blocks to the driver (host
@@ -727,9 +776,11 @@ class SparkBlocks:
         return self
 
     def drop_gpu(self) -> None:
-        """Free the cached blocks on the daemons."""
+        """Free the cached blocks on the daemons (from the driver where it knows their
+        records and reaches their daemons, else in a Spark job)."""
         self._require_cached("drop_gpu")
-        self._job("drop").count()
+        if self._records is None or not self.engine._drop_records(self._records):
+            self._job("drop").count()
 
     def checkpoint_gpu(self, directory: str) -> str:
         """Write every block to `directory` (``.npy`` per block, by the daemons); returns it."""
