@@ -581,7 +581,7 @@ def _swap(exchange, rnd: int, index: int, nparts: int, payload, timeout: float) 
 
 
 def _rounds_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component, kernel, function_name, args: tuple,
-                 launch: dict, rounds: int, nparts: int, exchange_dir: str | tuple) -> list:
+                 launch: dict, rounds: int, nparts: int, exchange_dir: str | tuple, parts: list | None = None) -> list:
     """`rounds` x (halo exchange, `kernel`) for one partition's cached blocks, in a barrier
     stage: per round one package cuts, copies and caches the slabs on this partition's
     daemon (exported where the node has several daemons), the tasks swap the slabs'
@@ -591,10 +591,12 @@ def _rounds_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component, kern
     a second package appends the slabs addressed to these blocks (same daemon: by handle;
     another daemon of the node: mapped through shared memory or CUDA IPC; another node:
     taken over tcp by the daemon itself), runs `kernel` and caches the results. The blocks of the round before are
-    dropped as it goes, except the job's sources: a retried stage starts from them again."""
+    dropped as it goes, except the job's sources: a retried stage starts from them again.
+    With `parts` (every partition's records, from the driver) the task's records are
+    ``parts[index]`` and `it` is ignored."""
     if isinstance(exchange_dir, str):
         _clear_exchange(exchange_dir, index)
-    srcs = list(it)
+    srcs = list(it) if parts is None else list(parts[index])
     moved = any(_remote(ctx, s[2]) for s in srcs)
     if moved:  # Spark placed the task away from its blocks' node: bring them here first
         srcs = _localize(ctx, index, srcs)

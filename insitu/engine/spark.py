@@ -251,6 +251,7 @@ class SparkEngine:
         self._ctx = _Ctx(os.path.abspath(self.daemon_dir), _count_gpus() if gpus is None else int(gpus),
                          cpu_daemons, float(timeout), options, bool(gpu_workers), bool(network))
         self._exchange = None
+        self._slot_rdds: dict = {}
         settings = {"spark.ui.enabled": "false", "spark.locality.wait": "0s", "spark.python.worker.reuse": "true",
                     "spark.python.unix.domain.socket.enabled": "true",  # JVM <-> python workers: ~40 ms less per job
                     "spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"], "spark.ui.showConsoleProgress": "false",
@@ -495,10 +496,15 @@ class SparkEngine:
             exchange: str | tuple = os.path.join(self.daemon_dir, "rounds", uuid.uuid4().hex[:12])
             if self._ctx.network:
                 exchange = (self._record_exchange().endpoint, uuid.uuid4().int >> 64, b.partitioner)
-            rdd = b.rdd.barrier().mapPartitionsWithIndex(functools.partial(
+            task = functools.partial(
                 _rounds_task, ctx=self._ctx, domain=domain, component=component, kernel=kernel,
                 function_name=function_name, args=tuple(args), launch=dict(launch), rounds=k,
-                nparts=b.npartitions, exchange_dir=exchange))
+                nparts=b.npartitions, exchange_dir=exchange)
+            if b._records is not None:  # the records travel with the tasks, which run on the blocks' hosts
+                parts, hosts = self._partition_records(b)
+                rdd = self._slots(hosts).barrier().mapPartitionsWithIndex(functools.partial(task, parts=parts))
+            else:
+                rdd = b.rdd.barrier().mapPartitionsWithIndex(task)
             try:
                 records = rdd.collect()
             finally:
@@ -523,16 +529,38 @@ class SparkEngine:
         return self._exchange
 
     def _from_records(self, records: list, like: "SparkBlocks") -> "SparkBlocks":
-        """Cached blocks of `records` (as tasks return them), partitioned as `like`; each
-        partition prefers the host holding its blocks where records name one."""
-        part = like.partitioner
-        parts = [[] for _ in range(like.npartitions)]
-        for src in records:
+        """Cached blocks of `records` (as tasks return them), partitioned as `like` (their
+        RDD is made when first used: a halo job's successor runs on :meth:`_slots`)."""
+        return SparkBlocks(self, None, like.placement, like.npartitions, cached=True, records=records)
+
+    def _partition_records(self, blocks: "SparkBlocks") -> tuple[list, list]:
+        """`blocks`' records by partition, and the hosts each partition's blocks are on."""
+        part = blocks.partitioner
+        parts: list[list] = [[] for _ in range(blocks.npartitions)]
+        for src in blocks._records:
             parts[part(src[0])].append(src)
         hosts = [sorted({s[2].host for s in p if s[1] == "handle" and s[2].host}) for p in parts]
-        rdd = (located_rdd(self.sc, parts, hosts) if any(hosts) else
-               self.sc.parallelize(parts, like.npartitions)).flatMap(_identity)
-        return SparkBlocks(self, rdd, like.placement, like.npartitions, cached=True, records=records)
+        return parts, hosts
+
+    def _records_rdd(self, blocks: "SparkBlocks"):
+        """An RDD of `blocks`' records; each partition prefers the host holding its blocks
+        where records name one."""
+        parts, hosts = self._partition_records(blocks)
+        return (located_rdd(self.sc, parts, hosts) if any(hosts) else
+                self.sc.parallelize(parts, blocks.npartitions)).flatMap(_identity)
+
+    def _slots(self, hosts: list) -> Any:
+        """An RDD of one element per partition (its index), partition p preferring
+        ``hosts[p]``; made once per placement: jobs whose tasks take their records from the
+        job's closure run on it (no RDD of records to build on the JVM per job)."""
+        key = tuple(tuple(h) for h in hosts)
+        rdd = self._slot_rdds.get(key)
+        if rdd is None:
+            parts = [[p] for p in range(len(hosts))]
+            rdd = (located_rdd(self.sc, parts, hosts) if any(hosts) else
+                   self.sc.parallelize(parts, len(hosts))).flatMap(_identity)
+            self._slot_rdds[key] = rdd
+        return rdd
 
     def _drop_records(self, records: list) -> bool:
         """Free the blocks of `records` from the driver, without a Spark job: over TCP from
@@ -623,6 +651,7 @@ class SparkEngine:
         if self._exchange is not None:
             self._exchange.close()
             self._exchange = None
+        self._slot_rdds.clear()
         if self._ctx.network:  # as it was before this engine
             if self._env_tcp is None:
                 os.environ.pop("INSITU_DAEMON_TCP", None)
@@ -696,11 +725,20 @@ class SparkBlocks:
 
     def __init__(self, engine: SparkEngine, rdd, placement: dict | None, npartitions: int, steps: tuple = (),
                  cached: bool = False, records: list | None = None) -> None:
-        self.engine, self.rdd, self.placement, self.npartitions = engine, rdd, placement, npartitions
+        self.engine, self._rdd, self.placement, self.npartitions = engine, rdd, placement, npartitions
         self._steps, self.cached = tuple(steps), cached
         # The cached RDD's contents where the driver has them (they never change: the RDD is
         # checkpointed or parallelized from them), so freeing the blocks needs no Spark job.
         self._records = records if cached else None
+        if rdd is None and self._records is None:
+            raise ValueError("SparkBlocks: an RDD or the records of cached blocks is needed")
+
+    @property
+    def rdd(self):
+        """The RDD of the blocks' records (made from the driver's records when first asked)."""
+        if self._rdd is None:
+            self._rdd = self.engine._records_rdd(self)
+        return self._rdd
 
     @property
     def partitioner(self) -> Callable:
