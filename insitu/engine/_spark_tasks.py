@@ -596,7 +596,9 @@ def _rounds_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component, kern
     ``parts[index]`` and `it` is ignored."""
     if isinstance(exchange_dir, str):
         _clear_exchange(exchange_dir, index)
-    srcs = list(it) if parts is None else list(parts[index])
+    srcs = list(it)  # read even when unused: a python worker that leaves input unread is not reused
+    if parts is not None:
+        srcs = list(parts[index])
     moved = any(_remote(ctx, s[2]) for s in srcs)
     if moved:  # Spark placed the task away from its blocks' node: bring them here first
         srcs = _localize(ctx, index, srcs)
