@@ -177,6 +177,71 @@ def test_record_exchange_delivers_each_part_to_its_target_only():
         ex.close()
 
 
+def test_nccl_rounds_pair_every_send_with_its_receive_in_order(monkeypatch):
+    # GPU blocks cross nodes through NCCL, which matches a pair's sends and receives in the
+    # order they are posted: each partition plans its group alone (from its cut slabs and
+    # the records it got), so for every pair of daemons the slabs one sends must be, in
+    # order, those the other receives, with the shapes the receiver allocates.
+    from insitu import Domain
+    from insitu.engine import _spark_tasks as T
+    from insitu.pool import Package
+    from insitu.pool.halo import extract_halo
+
+    dom = Domain.create((13, 11, 9), blocks=(3, 2, 2), ghost=1, periodic=(True, False, False))
+    nparts = 4
+    node = {0: "a", 1: "b", 2: "a", 3: "c"}
+    daemon = {p: (node[p], f"/tmp/d/gpu{p % 2}.sock", 100 + p) for p in range(nparts)}
+
+    def part_of(gid):
+        return (gid * 7 + 1) % nparts
+
+    mesh = T._Mesh(("halo", tuple(daemon[p] for p in range(nparts))), {p: p for p in range(nparts)}, node,
+                   {daemon[p]: p for p in range(nparts)})
+    out = {p: [] for p in range(nparts)}
+    shape_of, crossing = {}, set()
+    for gid in range(dom.nblocks):
+        p = part_of(gid)
+        for (n, d), a in extract_halo(np.zeros(dom.block(gid).padded_shape, np.float32), gid, dom).items():
+            h = len(shape_of)
+            shape_of[h] = a.shape
+            rec = T.BlockRecord(("slab", n, d), h, daemon[p][1], 0, daemon[p][2], node[p], ("10.0.0.1", 1, "00"))
+            out[p].append((n, d, rec, T._slab_meta(a)))
+            if node[part_of(n)] != node[p]:
+                crossing.add(h)
+    ctx = T._Ctx("/tmp/d", 2, 1, 10.0, ())
+    sent, received, dropped = {}, {}, set()
+    for p in range(nparts):
+        monkeypatch.setenv("INSITU_NODE_ID", node[p])
+        incoming: dict = {}
+        for q in range(nparts):
+            for n, d, rec, dsc in out[q]:
+                if part_of(n) == p:
+                    incoming.setdefault(n, []).append((d, rec, dsc))
+        pkg, drops = Package(), []
+        refs = T._nccl_round(pkg, mesh, out[p], incoming, part_of, drops, ctx)
+        dropped.update(drops)
+        swaps = [op for op in pkg.ops if op.kind == "exec" and getattr(op.args[0], "func", None) is T._nccl_swap]
+        assert len(swaps) == 1
+        key, peers, arrays, recvs = swaps[0].args[2]
+        assert key == mesh.key
+        handle_at = {i: op.args[0] for i, op in enumerate(pkg.ops) if op.kind == "get"}
+        for peer, ref in zip(peers, arrays):
+            assert node[peer] != node[p]
+            sent.setdefault((p, peer), []).append(handle_at[ref.index])
+        srec = {(n, d): rec for n, lst in incoming.items() for d, rec, _ in lst}
+        by_index = {pkg.ops[r.index].args[2][1]: k for k, r in refs.items()}  # getitem(swap, i) -> (gid, d)
+        assert sorted(by_index) == list(range(len(recvs)))
+        for i, (peer, shape, dtype) in enumerate(recvs):
+            h = srec[by_index[i]].handle
+            assert tuple(shape) == shape_of[h] and dtype == np.dtype(np.float32).str
+            received.setdefault((peer, p), []).append(h)
+        # every slab from another node comes through NCCL, none from this one
+        assert set(refs) == {k for k, r in srec.items() if r.node != node[p]}
+    assert sent == received
+    assert {h for hs in sent.values() for h in hs} == crossing == dropped
+    assert len(crossing) > 0 and len(sent) >= 4
+
+
 # --------------------------------------------------------------------------- the network engine on one host
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import operator
 import os
 import re
@@ -468,11 +469,12 @@ def _extract_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component, tok
     return [(n, ("slab", d, rec, desc)) for n, d, rec, desc in slabs]
 
 
-def _cut_slabs(ctx: _Ctx, w: DaemonWorker, device, srcs: list, domain, component, key=None):
+def _cut_slabs(ctx: _Ctx, w: DaemonWorker, device, srcs: list, domain, component, key=None, meta: bool = False):
     """One package on `w`: each cached block's slabs for its neighbours, copied and
     cached there (exported too where the node has several daemons). Returns
     ``([(target gid, direction from the target to the sender, record, descriptor)], w)``;
-    with a `key`, done once per key (see :func:`_begin`)."""
+    with a `key`, done once per key (see :func:`_begin`). `meta`: every slab gets a
+    descriptor naming its shape and dtype at least (what an NCCL receiver allocates)."""
     pkg, keyed = _keyed_package(key)
     tags, outs = [], []
     for src in srcs:
@@ -484,6 +486,8 @@ def _cut_slabs(ctx: _Ctx, w: DaemonWorker, device, srcs: list, domain, component
             if ctx.multi:
                 s = pkg.add("exec", _shareable, None, (s,))
                 outs.append(("recv", pkg.add("exec", export_slab, None, (s,)), ("desc", slab_key)))
+            elif meta:
+                outs.append(("recv", pkg.add("exec", _slab_meta, None, (s,)), ("desc", slab_key)))
             outs.append(("cache", s, ("slab", slab_key)))
     for kind, ref, tag in outs:
         _add(pkg, tags, kind, ref, tag=tag)
@@ -580,6 +584,115 @@ def _swap(exchange, rnd: int, index: int, nparts: int, payload, timeout: float) 
     return [pickle.loads(b) for _, b in got]  # from the driver, which sends the tasks their code anyway
 
 
+_NCCL_SETUP_ROUND = 0x7FFF0000  # record-exchange rounds of the NCCL set-up (halo rounds count from 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Mesh:
+    """The NCCL communicator of a halo job's GPU daemons, one rank per partition that holds blocks."""
+
+    key: tuple  # the communicator's key in each daemon: its members
+    rank: dict  # partition index -> rank
+    node: dict  # partition index -> node id
+    by_daemon: dict  # (node, socket, pid) -> rank
+
+
+def _nccl_mesh(ctx: _Ctx, w: DaemonWorker | None, index: int, nparts: int, exchange) -> _Mesh | None:
+    """Set up (or find, from an earlier job) the NCCL communicator of the job's GPU daemons;
+    None where all of them are on one node (no network between them) or records go through
+    files (one node). Every task of the barrier stage calls it: one swap of the record
+    exchange (who is where, what each daemon holds), a second for the unique id when a
+    communicator has to be made."""
+    if isinstance(exchange, str):
+        return None
+    import pickle
+
+    from insitu.transports import nccl
+
+    ep, job = exchange[0], exchange[1]
+    me, have = None, ()
+    if w is not None:
+        me = (ctx.node, w.socket_path, w.pid)
+        have = _run_once(w, _exec_package(nccl.held))[0]
+    got = [pickle.loads(b) for b in tcp.allgather(ep, job, _NCCL_SETUP_ROUND, index, nparts,
+                                                  pickle.dumps((me, have)), timeout=ctx.timeout)]
+    members = [(p, g[0]) for p, g in enumerate(got) if g[0] is not None]
+    if len({m[0] for _, m in members}) < 2:
+        return None
+    daemons = [m for _, m in members]
+    if len(set(daemons)) != len(daemons):
+        raise InsituError("halo_iterate: GPU blocks on several nodes need one partition per GPU daemon (NCCL gives "
+                          f"each daemon one rank); partitions {[p for p, _ in members]} share daemons {daemons}")
+    mesh = _Mesh(("halo", tuple(daemons)), {p: r for r, (p, _) in enumerate(members)},
+                 {p: m[0] for p, m in members}, {m: r for r, (_, m) in enumerate(members)})
+    if all(mesh.key in g[1] for g in got if g[0] is not None):
+        return mesh  # every daemon kept the communicator of an earlier job
+    uid = _run_once(w, _exec_package(nccl.unique_id))[0] if index == members[0][0] else None
+    uids = [pickle.loads(b) for b in tcp.allgather(ep, job, _NCCL_SETUP_ROUND + 1, index, nparts,
+                                                   pickle.dumps(uid), timeout=ctx.timeout)]
+    if w is not None:
+        pkg = Package()
+        pkg.add("exec", functools.partial(nccl.join, timeout=ctx.timeout), None,
+                (mesh.key, len(members), uids[members[0][0]], mesh.rank[index]))
+        _run_once(w, pkg)
+    return mesh
+
+
+def _exec_package(fn) -> Package:
+    pkg = Package()
+    pkg.add("recv", pkg.add("exec", fn, None, ()))
+    return pkg
+
+
+def _nccl_round(pkg: Package, mesh: _Mesh, out: list, incoming: dict, partition_of, local_drops: list,
+                ctx: _Ctx) -> dict:
+    """One NCCL group in `pkg`: this daemon's slabs for blocks of other nodes go out (then
+    dropped here), those of other nodes' daemons for this partition's blocks come in.
+    Returns ``{(gid, direction): reference to the received slab}``. Both sides order a
+    pair's slabs by (target gid, direction): NCCL matches a pair's sends and receives in
+    the order they are posted."""
+    sends = []
+    for n, d, rec, _ in sorted(out, key=lambda x: (_order_key(x[0]), x[1])):
+        p = partition_of(n)
+        if mesh.node.get(p, ctx.node) != ctx.node:
+            sends.append((mesh.rank[p], pkg.add("get", rec.handle)))
+            local_drops.append(rec.handle)
+    recvs, keys = [], []
+    for gid in sorted(incoming, key=_order_key):
+        for d, srec, dsc in sorted(incoming[gid], key=lambda x: x[0]):
+            if _remote(ctx, srec):
+                shape, dtype = _slab_shape(dsc)
+                recvs.append((mesh.by_daemon[(srec.node, srec.socket, srec.pid)], shape, dtype))
+                keys.append((gid, d))
+    if not sends and not recvs:
+        return {}
+    got = pkg.add("exec", functools.partial(_nccl_swap, timeout=ctx.timeout), None,
+                  (mesh.key, tuple(p for p, _ in sends), tuple(r for _, r in sends), tuple(recvs)))
+    return {k: pkg.add("exec", operator.getitem, None, (got, i)) for i, k in enumerate(keys)}
+
+
+def _nccl_swap(key, peers: tuple, arrays: tuple, recvs: tuple, *, timeout: float) -> list:
+    """In a daemon: :func:`insitu.transports.nccl.swap` of `arrays` to `peers` and `recvs`."""
+    from insitu.transports import nccl
+
+    return nccl.swap(key, list(zip(peers, arrays)), recvs, timeout=timeout)
+
+
+def _slab_meta(a) -> tuple:
+    """A slab's descriptor for an NCCL receiver: its shape and dtype."""
+    return ("meta", tuple(a.shape), a.dtype.str)
+
+
+def _slab_shape(desc) -> tuple:
+    """(shape, dtype) of the slab a descriptor names (:func:`_slab_meta`, :func:`export_slab`)."""
+    if desc is None or desc[0] == "shm":
+        raise InsituError(f"halo_iterate: a slab from another node came without its shape ({desc!r}): GPU blocks "
+                          "cross nodes through NCCL, host blocks over tcp")
+    if desc[0] in ("meta", "empty"):
+        return tuple(desc[1]), desc[2]
+    return tuple(desc[4]), desc[5]
+
+
 def _rounds_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component, kernel, function_name, args: tuple,
                  launch: dict, rounds: int, nparts: int, exchange_dir: str | tuple, parts: list | None = None) -> list:
     """`rounds` x (halo exchange, `kernel`) for one partition's cached blocks, in a barrier
@@ -644,10 +757,12 @@ def _rounds(index: int, srcs: list, *, ctx: _Ctx, domain, component, kernel, fun
         raise InsituError(f"halo_iterate: partition {index} holds blocks on two daemons ({w.socket_path}, "
                           f"{others[0].socket}); cache each partition's blocks on one")
     sources = dict(recs) if keep_sources else {}  # copies fetched from another node are this task's to free
+    # GPU blocks cross nodes through NCCL (its network transport) between the daemons; CPU ones over tcp.
+    mesh = _nccl_mesh(ctx, w, index, nparts, exchange) if ctx.network and device is not None else None
     for rnd in range(rounds):
         out = []  # (target gid, direction from the target to the sender, record, descriptor)
         if recs:
-            out, w = _cut_slabs(ctx, w, device, srcs, domain, component)
+            out, w = _cut_slabs(ctx, w, device, srcs, domain, component, meta=mesh is not None)
         everyone = _swap(exchange, rnd, index, nparts, out, ctx.timeout)
         if not recs:
             continue
@@ -657,12 +772,14 @@ def _rounds(index: int, srcs: list, *, ctx: _Ctx, domain, component, kernel, fun
                 if n in recs:
                     incoming.setdefault(n, []).append((d, srec, dsc))
         pkg, tags, local_drops, remote_drops, outs = Package(), [], [], {}, []
+        received = _nccl_round(pkg, mesh, out, incoming, exchange[2], local_drops, ctx) if mesh else {}
         for gid, rec in recs.items():
             ref = pkg.add("get", rec.handle)
             dirs, refs = [], []
             for d, srec, dsc in sorted(incoming.get(gid, []), key=lambda x: x[0]):
                 dirs.append(d)
-                refs.append(_take_slab(pkg, tags, w, srec, dsc, remote_drops, ctx))
+                refs.append(received[(gid, d)] if (gid, d) in received
+                            else _take_slab(pkg, tags, w, srec, dsc, remote_drops, ctx))
                 if _same_daemon(ctx, srec, w):
                     local_drops.append(srec.handle)
             ref = pkg.add("exec", _append_slabs, None, (ref, gid, domain, component, tuple(dirs), tuple(refs)))

@@ -7,15 +7,23 @@ which cannot deadlock: the smallest unfinished pair always has both ranks waitin
 it. The unique id travels over MPI with a timeout, so a dead peer is reported rather
 than waited for. A caller that has a communicator over all its ranks already passes it
 as :attr:`TransportContext.nccl <insitu.transports.TransportContext>`; it is used instead.
+
+Processes that are not MPI ranks (the worker daemons of Spark's tasks, on several hosts)
+build a communicator from a unique id that travels by other means (:func:`unique_id`,
+:func:`join`) and swap arrays through it (:func:`swap`): over NCCL's network transport
+between hosts, without host copies in this library.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any, Hashable, Sequence
 
+from ..errors import InsituError, PeerTimeoutError
 from .base import Transport, recv_object, wait_requests, wait_stream
 
-__all__ = ["NCCLTransport", "nccl_available"]
+__all__ = ["NCCLTransport", "held", "join", "nccl_available", "stats", "swap", "unique_id"]
 
 _TAG_UID = 7302
 _pair_comms: dict[tuple[int, int], object] = {}  # (world rank lo, world rank hi) -> NcclCommunicator
@@ -105,3 +113,119 @@ class NCCLTransport(Transport):
         for k in [k for k, v in _pair_comms.items() if v in self._comms.values()]:
             del _pair_comms[k]
         self._comms = {}
+
+
+# --------------------------------------------------------------------------- communicators by unique id
+
+_keyed_comms: dict[Hashable, Any] = {}  # in a worker daemon: key -> NcclCommunicator
+_STATS = {"bytes_sent": 0, "bytes_received": 0, "swaps": 0, "joins": 0}
+
+
+def stats() -> dict:
+    """Bytes this process sent and received through :func:`swap`, swaps and joins."""
+    return dict(_STATS)
+
+
+def unique_id() -> Any:
+    """A new NCCL unique id (its bootstrap root listens in this process: call it in one
+    that lives through :func:`join`)."""
+    from cupy.cuda import nccl
+
+    return nccl.get_unique_id()
+
+
+def held() -> tuple:
+    """Keys of the communicators this process holds."""
+    return tuple(_keyed_comms)
+
+
+def join(key: Hashable, nranks: int, uid: Any, rank: int, *, timeout: float) -> None:
+    """Become `rank` of the `nranks`-rank communicator of `uid`, kept under `key` (one held
+    under `key` before is aborted first). On the current device.
+
+    Raises
+    ------
+    PeerTimeoutError
+        Some rank did not join within `timeout` seconds (NCCL's set-up has no timeout of its
+        own: it runs in a thread, left behind).
+    """
+    import cupy
+    from cupy.cuda import nccl
+
+    old = _keyed_comms.pop(key, None)
+    if old is not None:
+        old.abort()
+    device, got = cupy.cuda.Device().id, {}
+
+    def init() -> None:
+        try:
+            with cupy.cuda.Device(device):
+                got["comm"] = nccl.NcclCommunicator(nranks, uid, rank)
+        except Exception as e:  # reported to the caller
+            got["error"] = e
+
+    t = threading.Thread(target=init, name="insitu-nccl-join", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise PeerTimeoutError(f"NCCL: rank {rank} of {nranks} waited {timeout:g} s for the other ranks to join "
+                               f"communicator {key!r} (one died, or cannot reach this host)")
+    if "error" in got:
+        raise InsituError(f"NCCL: rank {rank} of {nranks} could not join communicator {key!r}: "
+                          f"{got['error']}") from got["error"]
+    _keyed_comms[key] = got["comm"]
+    _STATS["joins"] += 1
+
+
+def swap(key: Hashable, sends: Sequence[tuple[int, Any]], recvs: Sequence[tuple[int, tuple, str]], *,
+         timeout: float) -> list:
+    """Send and receive device arrays through the communicator held under `key`, in one
+    NCCL group on the current stream; waits for it (or the deadline).
+
+    Parameters
+    ----------
+    sends : sequence of (peer rank, cupy.ndarray)
+        Arrays to send; to each peer, in the order the peer lists them in its `recvs`.
+    recvs : sequence of (peer rank, shape, dtype)
+        Arrays to receive, per peer in the order the peer sends them.
+
+    Returns
+    -------
+    list of cupy.ndarray
+        The received arrays, in the order of `recvs`.
+
+    Raises
+    ------
+    PeerTimeoutError
+        The exchange did not complete within `timeout` s (a peer died or never posted its
+        half): the communicator is aborted and forgotten, so the next job joins a new one.
+    """
+    import cupy
+    from cupy.cuda import nccl
+
+    comm = _keyed_comms.get(key)
+    if comm is None:
+        raise InsituError(f"NCCL: this process holds no communicator {key!r} (join it first)")
+    stream = cupy.cuda.get_current_stream()
+    outs = [cupy.ascontiguousarray(a) for _, a in sends]
+    ins = [cupy.empty(tuple(shape), dtype=dtype) for _, shape, dtype in recvs]
+    nccl.groupStart()
+    try:
+        for (peer, _), a in zip(sends, outs):
+            comm.send(a.data.ptr, a.nbytes, nccl.NCCL_UINT8, peer, stream.ptr)
+        for (peer, _, _), b in zip(recvs, ins):
+            comm.recv(b.data.ptr, b.nbytes, nccl.NCCL_UINT8, peer, stream.ptr)
+    finally:
+        nccl.groupEnd()
+
+    def abort() -> None:
+        _keyed_comms.pop(key, None)
+        comm.abort()
+
+    peers = sorted({p for p, _ in sends} | {p for p, *_ in recvs})
+    wait_stream(stream, time.monotonic() + timeout, f"NCCL swap on communicator {key!r} with ranks {peers}",
+                on_timeout=abort)
+    _STATS["bytes_sent"] += sum(a.nbytes for a in outs)
+    _STATS["bytes_received"] += sum(b.nbytes for b in ins)
+    _STATS["swaps"] += 1
+    return ins
