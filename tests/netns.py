@@ -161,9 +161,17 @@ class Hosts:
                 open(f, "w").close()
             # Own /tmp and /dev/shm (no socket, directory or segment of another host shows),
             # hostname, and /etc/hosts naming it (Java looks its own name up); the
-            # namespaces stay (bound to the files) for nsenter.
+            # namespaces stay (bound to the files) for nsenter. Software this process runs
+            # from /tmp (a GPU node's staged wheels, PySpark, Java) stays visible: the
+            # directories of _software_in_tmp(), bound from the old /tmp.
+            old = os.path.join(self._dir, f"{i}.tmp")
+            os.makedirs(old)
+            self._made.append(("rmdir-empty", old))  # never a tree: /tmp is bound on it inside the host
+            keep = "".join(f"mkdir -p {d} && mount --bind {old}/{os.path.relpath(d, '/tmp')} {d} && "
+                           for d in _software_in_tmp())
             _sh("unshare", f"--mount={mnt}", f"--uts={uts}", "--propagation", "private", "sh", "-c",
-                f"mount -t tmpfs -o mode=1777 tmpfs /tmp && mount -t tmpfs -o mode=1777 tmpfs /dev/shm && "
+                f"mount --bind /tmp {old} && mount -t tmpfs -o mode=1777 tmpfs /tmp && {keep}"
+                f"mount -t tmpfs -o mode=1777 tmpfs /dev/shm && "
                 f"hostname {name} && printf '127.0.0.1 localhost\\n{ip} {name}\\n' > /tmp/.hosts && "
                 "mount --bind /tmp/.hosts /etc/hosts")
             self._made.append(("umount", mnt))
@@ -196,6 +204,9 @@ class Hosts:
                 _sh("ip", "link", "del", arg, check=False)
             elif what == "rmdir":
                 shutil.rmtree(arg, ignore_errors=True)
+            elif what == "rmdir-empty":
+                with contextlib.suppress(OSError):
+                    os.rmdir(arg)
         self._made.clear()
 
     def __enter__(self) -> "Hosts":
@@ -203,6 +214,23 @@ class Hosts:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _software_in_tmp() -> list[str]:
+    """The directories right under /tmp that this process's Python path or Java come from."""
+    paths = sys.path + os.environ.get("PYTHONPATH", "").split(os.pathsep) + [os.environ.get("JAVA_HOME", "")]
+    tops = {os.path.join("/tmp", os.path.relpath(os.path.realpath(p), "/tmp").split(os.sep)[0])
+            for p in paths if p and os.path.realpath(p).startswith("/tmp/")}
+    return sorted(d for d in tops if os.path.isdir(d))
+
+
+def python_path() -> str:
+    """What processes in the hosts import from: the repository, tests and examples, then this
+    process's Python path (staged packages included)."""
+    from insitu.pool.daemon import _pythonpath
+
+    first = [ROOT, HERE, os.path.join(ROOT, "examples")]
+    return os.pathsep.join(dict.fromkeys(first + [p for p in _pythonpath().split(os.pathsep) if p]))
 
 
 def _free_port(host: str) -> int:
@@ -312,7 +340,7 @@ def jacobi_reference(dims, iterations: int) -> np.ndarray:
 def spark_hosts_env(h) -> dict:
     """What a worker of namespace host `h` gives its executors (and their daemons)."""
     return {"INSITU_NODE_ID": h.name, "INSITU_NODE_HOST": h.ip, "INSITU_DAEMON_IDLE_TIMEOUT": "60",
-            "PYTHONPATH": os.pathsep.join([ROOT, HERE, os.path.join(ROOT, "examples")])}
+            "PYTHONPATH": python_path()}
 
 
 def cluster_engine(hosts: Hosts, url: str, *, timeout: float = 60.0, **kw):
@@ -323,7 +351,7 @@ def cluster_engine(hosts: Hosts, url: str, *, timeout: float = 60.0, **kw):
     eng = SparkEngine(url, network=True, timeout=timeout, conf={
         "spark.driver.host": hosts.gateway, "spark.driver.bindAddress": hosts.gateway,
         "spark.executor.memory": "512m", "spark.cores.max": str(2 * len(hosts)),
-        "spark.executorEnv.PYTHONPATH": os.pathsep.join([ROOT, HERE, os.path.join(ROOT, "examples")])}, **kw)
+        "spark.executorEnv.PYTHONPATH": python_path()}, **kw)
     try:
         wait_executors(eng.sc, len(hosts))
     except BaseException:

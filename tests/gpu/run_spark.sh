@@ -19,6 +19,7 @@ run() {  # name, seconds, command...
 what=${1:-all}
 if [ "$what" = tests ] || [ "$what" = all ]; then
     run spark_gpu_tests 480 python3 -m pytest -q -rA -s tests/gpu/test_spark_gpu.py tests/gpu/test_spark_adaptor_gpu.py \
+        tests/gpu/test_spark_hosts_gpu.py \
         tests/test_spark_serving.py
     run spark_nojava 150 env -u JAVA_HOME python3 -m pytest -q -rA tests/test_spark_nojava.py
 fi

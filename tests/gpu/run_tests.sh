@@ -15,7 +15,8 @@ PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --no-deps --no-build-isola
 files=$(python3 - "$K" "$N" <<'EOF'
 import glob, sys
 k, n = int(sys.argv[1]), int(sys.argv[2])
-skip = {"tests/gpu/test_spark_gpu.py", "tests/gpu/test_spark_adaptor_gpu.py", "tests/gpu/test_catalyst_gpu.py"}
+skip = {"tests/gpu/test_spark_gpu.py", "tests/gpu/test_spark_adaptor_gpu.py", "tests/gpu/test_spark_hosts_gpu.py",
+        "tests/gpu/test_catalyst_gpu.py"}
 seconds = {"test_warmup_gpu": 135, "test_contour_gpu": 120, "test_queries_gpu": 35, "test_eikonal_filter_gpu": 25,
            "test_capi_gpu": 30, "test_adaptor_cells_gpu": 30, "test_cells_fields_gpu": 20, "test_cells_clip_gpu": 20}
 files = sorted(f for f in glob.glob("tests/gpu/test_*.py") if f not in skip)
