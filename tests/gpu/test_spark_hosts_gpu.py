@@ -97,4 +97,6 @@ def test_halo_iterate_moves_gpu_slabs_between_hosts_through_nccl():
         channels = [ln for ln in text.splitlines() if " via " in ln]
         assert channels and all("NET/" in ln for ln in channels), "\n".join(channels[:20])
     finally:
+        if os.environ.get("OUT"):  # a device run brings the Spark and NCCL logs back
+            shutil.copytree(logs, os.path.join(os.environ["OUT"], "spark-hosts-logs"), dirs_exist_ok=True)
         shutil.rmtree(logs, ignore_errors=True)
