@@ -514,3 +514,30 @@ def test_listings_on_a_standalone_cluster_on_loopback(standalone_cluster):
     for n in (1, 2, 6, 7, 8):
         assert f"listing {n} on {url}: OK" in p.stdout, p.stdout
     assert "max_diff=0 recoveries=0" in p.stdout, p.stdout
+
+
+def test_a_daemon_first_reached_to_free_slabs_still_gets_its_device(tmp_path):
+    # A python worker may first reach a daemon to free slabs mapped from it (_finish), with
+    # no device known; when a later task is placed on that daemon, its loaded blocks must
+    # still go to the daemon's GPU (on 2 GPUs, listing 8 then met host and device arrays).
+    from insitu.engine import _spark_tasks as T
+    from insitu.pool import DaemonWorker
+    from insitu.pool.daemon import default_socket_path
+
+    ctx = T._Ctx(str(tmp_path), 2, 1, 10.0, ())
+    path = default_socket_path(1, directory=str(tmp_path), by_bus_id=False)
+    saved = dict(T._CLIENTS), dict(T._DEVICES)
+    try:
+        T._CLIENTS.clear()
+        T._DEVICES.clear()
+        T._CLIENTS.setdefault(path, DaemonWorker(path, timeout=1.0))  # as _finish leaves it
+        w = T._client(ctx, 1, str(tmp_path))
+        assert w.socket_path == path and T._DEVICES[path] == 1
+        rec = T.BlockRecord("k", 0, path, 1, 123)
+        T._DEVICES.clear()
+        assert T._client_at(ctx, rec) is w and T._DEVICES[path] == 1
+    finally:
+        T._CLIENTS.clear()
+        T._CLIENTS.update(saved[0])
+        T._DEVICES.clear()
+        T._DEVICES.update(saved[1])

@@ -228,7 +228,9 @@ def _client(ctx: _Ctx, device: int | None, directory: str) -> DaemonWorker:
         h = ensure_daemon(device, directory=directory, timeout=max(ctx.timeout, 60.0), by_bus_id=False,
                           owners=(os.getppid(),), **dict(ctx.options))
         w = _CLIENTS[h.socket_path] = h.client(timeout=ctx.timeout)
-        _DEVICES[h.socket_path] = device
+    # Always: a client made for another purpose (freeing slabs mapped from this daemon,
+    # _finish) knows no device, and a GPU daemon's loaded blocks must go to its device.
+    _DEVICES[w.socket_path] = device
     return w
 
 
@@ -237,7 +239,7 @@ def _client_at(ctx: _Ctx, rec: BlockRecord) -> DaemonWorker:
     w = _CLIENTS.get(rec.socket)
     if w is None:
         w = _CLIENTS[rec.socket] = DaemonWorker(rec.socket, timeout=ctx.timeout)
-        _DEVICES[rec.socket] = rec.device
+    _DEVICES.setdefault(rec.socket, rec.device)
     return w
 
 
