@@ -191,9 +191,13 @@ def _same_daemon(ctx: _Ctx, rec: BlockRecord, w: DaemonWorker) -> bool:
     return rec.socket == w.socket_path and not _remote(ctx, rec)
 
 
-def _fetch(addr, handle, key, take: bool):
-    """In a daemon: block `key` from the daemon of another node (`take`: dropped there once sent)."""
-    return tcp.fetch(addr, handle, key=key, take=take)
+def _fetch(addr, handle, key, take: bool, on_device: bool = False):
+    """In a daemon: block `key` from the daemon of another node (`take`: dropped there once
+    sent), onto this daemon's device where it has one (`on_device`). A GPU daemon's block
+    travels through both hosts' memory (counted transfers): halo_iterate's slabs between
+    GPU daemons go through NCCL instead, the shuffles' stages are not co-scheduled."""
+    a = tcp.fetch(addr, handle, key=key, take=take)
+    return arrays.to_device(a) if on_device else a
 
 
 def _placement(ctx: _Ctx, index: int) -> tuple[int | None, str]:
@@ -317,7 +321,8 @@ def _take_slab(pkg: Package, tags: list, w: DaemonWorker, rec: BlockRecord, desc
     if _same_daemon(ctx, rec, w):
         return pkg.add("get", rec.handle)
     if _remote(ctx, rec):
-        return pkg.add("exec", _fetch, None, (rec.addr, rec.handle, rec.key, remote_drops is not None))
+        return pkg.add("exec", _fetch, None, (rec.addr, rec.handle, rec.key, remote_drops is not None,
+                                               _DEVICES.get(w.socket_path) is not None))
     if desc is None:
         raise InsituError(f"block {rec.key!r} lives on the daemon at {rec.socket}, this task's daemon is "
                           f"{w.socket_path}, and it was not exported for a hand-off (another node?)")
@@ -327,11 +332,12 @@ def _take_slab(pkg: Package, tags: list, w: DaemonWorker, rec: BlockRecord, desc
     return ref
 
 
-def _get(pkg: Package, ctx: _Ctx, rec: BlockRecord):
-    """A cached block into this package: by handle, or fetched over tcp from another node
-    (a task Spark placed away from the block's host)."""
+def _get(pkg: Package, ctx: _Ctx, rec: BlockRecord, w: DaemonWorker):
+    """A cached block into this package (run on `w`): by handle, or fetched over tcp from
+    another node (a task Spark placed away from the block's host)."""
     if _remote(ctx, rec):
-        return pkg.add("exec", _fetch, None, (rec.addr, rec.handle, rec.key, False))
+        return pkg.add("exec", _fetch, None, (rec.addr, rec.handle, rec.key, False,
+                                               _DEVICES.get(w.socket_path) is not None))
     return pkg.add("get", rec.handle)
 
 
@@ -346,10 +352,10 @@ def _build(pkg: Package, tags: list, w: DaemonWorker, src, steps: tuple, local_d
         if _DEVICES.get(w.socket_path) is not None:  # a GPU daemon's blocks are on its device, as sent ones are
             ref = pkg.add("exec", _on_device, None, (ref,))
     elif kind == "handle":
-        ref = _get(pkg, ctx, src[2])
+        ref = _get(pkg, ctx, src[2], w)
     elif kind == "halo":
         rec, domain, component, slabs = src[2], src[3], src[4], src[5]
-        ref = _get(pkg, ctx, rec)
+        ref = _get(pkg, ctx, rec, w)
         dirs, refs = [], []
         for direction, srec, desc in slabs:
             dirs.append(direction)
@@ -481,7 +487,7 @@ def _cut_slabs(ctx: _Ctx, w: DaemonWorker, device, srcs: list, domain, component
     tags, outs = [], []
     for src in srcs:
         gid = src[0]
-        whole = pkg.add("exec", _extract, None, (_get(pkg, ctx, src[2]), gid, domain, component))
+        whole = pkg.add("exec", _extract, None, (_get(pkg, ctx, src[2], w), gid, domain, component))
         for d, n in sorted(domain.neighbors(gid).items()):
             slab_key = (n, tuple(-x for x in d))
             s = pkg.add("exec", operator.getitem, None, (whole, slab_key))
@@ -516,7 +522,7 @@ def _group_task(index: int, it: Iterable, *, ctx: _Ctx, key: Callable, token: st
     pkg, keyed = _keyed_package(None if token is None else (token, index))
     tags, outs = [], []
     for src in srcs:
-        s = pkg.add("exec", _shareable, None, (_get(pkg, ctx, src[2]),))
+        s = pkg.add("exec", _shareable, None, (_get(pkg, ctx, src[2], w),))
         outs.append((pkg.add("exec", export_slab, None, (s,)), s, src[0]))
     for desc, s, k in outs:
         _add(pkg, tags, "recv", desc, tag=k)
@@ -729,7 +735,7 @@ def _localize(ctx: _Ctx, index: int, srcs: list) -> list:
     w = _client(ctx, device, directory)
     pkg, tags, refs = Package(), [], []
     for s in srcs:
-        refs.append((s[0], _get(pkg, ctx, s[2]) if _remote(ctx, s[2]) else pkg.add("get", s[2].handle)))
+        refs.append((s[0], _get(pkg, ctx, s[2], w) if _remote(ctx, s[2]) else pkg.add("get", s[2].handle)))
     for key, ref in refs:
         _add(pkg, tags, "cache", ref, tag=key)
     results, w = _run(w, pkg, srcs, ctx)

@@ -40,6 +40,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from .. import arrays
 from ..errors import InsituError, PeerTimeoutError
 
 __all__ = ["ALL", "BlockServer", "Endpoint", "PeerUnreachableError", "RecordExchange", "allgather", "alltoall", "drop",
@@ -191,9 +192,11 @@ class BlockServer:
     def _reply(self, conn: socket.socket, op: int, handle: Any) -> bool:
         try:
             a = None if op == _OP_DROP else self.cache.get(handle)
+            if a is not None and arrays.is_device_array(a):  # a GPU daemon's block: staged through the host
+                a = arrays.to_host(a)
             if a is not None and (not isinstance(a, np.ndarray) or a.dtype.hasobject or a.ndim > _MAX_DIMS
                                   or len(a.dtype.str) > 16):
-                raise TypeError(f"only NumPy arrays of plain dtypes and <= {_MAX_DIMS} dimensions travel over tcp, "
+                raise TypeError(f"only arrays of plain dtypes and <= {_MAX_DIMS} dimensions travel over tcp, "
                                 f"the block is {type(a).__name__}")
             if op in (_OP_DROP, _OP_TAKE):  # taken: gone before the reply (a failed send loses it)
                 self.cache.drop(handle)

@@ -2,7 +2,9 @@
 Spark standalone worker and one GPU each: ``halo_iterate`` moves the halo slabs between
 the hosts' daemons through NCCL, whose transport between hosts is the network (the hosts
 have their own hostnames, /tmp and /dev/shm, and reach each other only over veth links).
-The result equals the whole-grid sweeps; NCCL's own log says which transport it used.
+The result equals the whole-grid sweeps; NCCL's own log says which transport it used. Then
+the blocks cross the hosts over TCP (a task that reads the other host's blocks, the halo
+shuffle), staged through host memory, and land on the reading daemon's GPU.
 
 Needs root (namespaces), 2 GPUs (``nvidia-h200-x2``), PySpark and Java (staged on the GPU
 node: ../shared/device/spark-stage.sh; tests/gpu/run_spark.sh runs this file).
@@ -47,6 +49,12 @@ def _stats(block):
     return np.array([s["bytes_sent"], s["bytes_received"], s["swaps"], s["joins"]], np.int64)
 
 
+def _is_device(block) -> bool:
+    import insitu
+
+    return insitu.arrays.is_device_array(block)
+
+
 def _surface(dom, node_of) -> dict:
     """Bytes of the slabs each node receives from the other per iteration (float64)."""
     from insitu.pool.halo import extract_halo
@@ -79,10 +87,21 @@ def test_halo_iterate_moves_gpu_slabs_between_hosts_through_nccl():
                 out = eng.halo_iterate(blocks, netns.jacobi, 8, domain=dom, per_job=4)
                 got = out.recv_gpu()
                 stats = out.exec_gpu(_stats).recv_gpu()
-                out.drop_gpu()
+                # One task for all four blocks, on one host: the other host's blocks come over
+                # TCP (through both hosts' memory) onto its daemon's GPU.
+                one = eng.adopt([s[2] for s in out.rdd.collect()], 1)
+                assert one.exec_gpu(_is_device).recv_gpu() == {g: True for g in range(4)}
+                fetched = one.recv_gpu()
+                # The halo shuffle across the hosts (a map and a reduce stage, not co-scheduled:
+                # slabs over TCP), then one more sweep.
+                shuffled = eng.gpu_shuffle(out, "halo", domain=dom).exec_gpu(netns.jacobi).cache_gpu(drop_sources=True)
+                after = shuffled.recv_gpu()
+                shuffled.drop_gpu()
             finally:
                 eng.stop()
         np.testing.assert_allclose(dom.assemble(got), netns.jacobi_reference(DIMS, 8), rtol=1e-13, atol=0)
+        assert all(np.array_equal(fetched[g], got[g]) for g in range(4))
+        np.testing.assert_allclose(dom.assemble(after), netns.jacobi_reference(DIMS, 9), rtol=1e-13, atol=0)
         want = _surface(dom, node_of)
         per_node = {}
         for gid, s in stats.items():  # each daemon's counters, read through its blocks
