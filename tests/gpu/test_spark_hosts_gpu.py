@@ -119,3 +119,52 @@ def test_halo_iterate_moves_gpu_slabs_between_hosts_through_nccl():
         if os.environ.get("OUT"):  # a device run brings the Spark and NCCL logs back
             shutil.copytree(logs, os.path.join(os.environ["OUT"], "spark-hosts-logs"), dirs_exist_ok=True)
         shutil.rmtree(logs, ignore_errors=True)
+
+
+def test_a_killed_gpu_host_is_recovered_from_the_checkpoint():
+    # 3 hosts of 1 slot, 2 partitions on two of them (GPU 0 and GPU 1); after the second job a
+    # host holding blocks dies whole (worker, executor, python workers, daemon). The survivor's
+    # NCCL swap times out and its communicator is aborted; halo_iterate reloads the last
+    # checkpoint (on storage every host sees) onto the two live hosts and replays.
+    from insitu import Domain
+
+    shared = tempfile.mkdtemp(prefix=".ckpt-", dir=ROOT)  # not /tmp: each host has its own
+    logs = tempfile.mkdtemp(prefix=".kill-logs-", dir=ROOT)
+    dom = Domain.create(DIMS, nblocks=4, ghost=1)
+
+    def host_env(h):
+        return dict(netns.spark_hosts_env(h), NCCL_IB_DISABLE="1")
+
+    try:
+        with netns.Hosts(3) as hosts, netns.spark_cluster(hosts, cores=1, log_dir=logs, host_env=host_env) as url:
+            eng = netns.cluster_engine(hosts, url, timeout=20)
+            try:
+                blocks = eng.blocks(netns.jacobi_block, 2, keys=range(4), args=(DIMS, 4)).cache_gpu()
+                held = {s[2].node for s in blocks.rdd.collect()}
+                assert len(held) == 2
+                victim = next(h for h in hosts if h.name in held)
+                killed = []
+
+                def kill_once(jobs, b):
+                    if jobs == 2 and not killed:
+                        killed.append(victim.kill())
+
+                out = eng.halo_iterate(blocks, netns.jacobi, 16, domain=dom, per_job=4, checkpoint_every=4,
+                                       checkpoint_dir=shared, on_job=kill_once)
+                got = out.recv_gpu()
+                nodes = {s[2].node for s in out.rdd.collect()}
+                recoveries = list(eng.recoveries)
+            finally:
+                eng.stop()
+        assert killed and killed[0] > 0
+        np.testing.assert_allclose(dom.assemble(got), netns.jacobi_reference(DIMS, 16), rtol=1e-13, atol=0)
+        assert victim.name not in nodes and recoveries
+        rec = recoveries[0]
+        print(f"GPU host {victim.name} killed after job 2: recovered from the checkpoint of iteration "
+              f"{rec['resumed_from']} in {rec['seconds']:.2f} s ({rec['lost_seconds']:.2f} s lost in the failed job, "
+              f"{rec['error']})")
+    finally:
+        if os.environ.get("OUT"):
+            shutil.copytree(logs, os.path.join(os.environ["OUT"], "kill-logs"), dirs_exist_ok=True)
+        shutil.rmtree(shared, ignore_errors=True)
+        shutil.rmtree(logs, ignore_errors=True)
