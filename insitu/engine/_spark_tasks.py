@@ -711,7 +711,8 @@ def _rounds_task(index: int, it: Iterable, *, ctx: _Ctx, domain, component, kern
     driver's :class:`~insitu.transports.tcp.RecordExchange`: tasks on several nodes), and
     a second package appends the slabs addressed to these blocks (same daemon: by handle;
     another daemon of the node: mapped through shared memory or CUDA IPC; another node:
-    taken over tcp by the daemon itself), runs `kernel` and caches the results. The blocks of the round before are
+    taken over tcp by the daemon itself, or for GPU daemons swapped through NCCL, one group per
+    round, see :func:`_nccl_mesh`), runs `kernel` and caches the results. The blocks of the round before are
     dropped as it goes, except the job's sources: a retried stage starts from them again.
     With `parts` (every partition's records, from the driver) the task's records are
     ``parts[index]`` and `it` is ignored."""

@@ -444,10 +444,13 @@ class SparkEngine:
         through the driver; Spark's own ``allGather`` waits in one-second steps), and each
         task appends the slabs addressed to its blocks (taken from the same daemon by
         handle, mapped from another daemon of the node through shared memory or CUDA IPC,
-        or taken over TCP from a daemon of another node) and runs `kernel`. Halo data moves
+        or taken over TCP from a daemon of another node; GPU daemons of different nodes
+        swap them through NCCL, whose communicator the job's tasks set up once through the
+        driver and the daemons keep for the jobs after) and runs `kernel`. Halo data moves
         between the daemons only; Spark carries records. The per-job cost of Spark is
         paid once per `per_job` iterations instead of twice per iteration
-        (``gpu_shuffle(..., "halo")`` then ``exec_gpu``).
+        (``gpu_shuffle(..., "halo")`` then ``exec_gpu``): one Spark job each, the driver
+        freeing its sources itself.
 
         Parameters
         ----------
