@@ -6,6 +6,11 @@
 # Usage: bash tests/gpu/run_spark.sh tests|bench|all
 set -u
 OUT=${OUT:-out/spark}
+# iproute2 for the namespace hosts of test_spark_hosts_gpu.py, where tests/gpu/stage_ip.sh staged it
+# (the project root; this script may run from a copy of the tree inside it)
+for d in "$PWD/.device-ip" "$PWD/../.device-ip"; do
+    if [ -x "$d/bin/ip" ]; then export PATH="$d/bin:$PATH"; break; fi
+done
 mkdir -p "$OUT"
 export INSITU_COMMIT=${INSITU_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 # The runtime finds kernels, GL contexts and colormaps through entry points: install the metadata.
