@@ -4,7 +4,7 @@ the hosts' daemons through NCCL, whose transport between hosts is the network (t
 have their own hostnames, /tmp and /dev/shm, and reach each other only over veth links).
 The result equals the whole-grid sweeps; NCCL's own log says which transport it used. Then
 the blocks cross the hosts over TCP (a task that reads the other host's blocks, the halo
-shuffle), staged through host memory, and land on the reading daemon's GPU.
+and key shuffles), staged through host memory, and land on the reading daemon's GPU.
 
 Needs root (namespaces), 2 GPUs (``nvidia-h200-x2``), PySpark and Java (staged on the GPU
 node: ../shared/device/spark-stage.sh; tests/gpu/run_spark.sh runs this file).
@@ -55,6 +55,20 @@ def _is_device(block) -> bool:
     return insitu.arrays.is_device_array(block)
 
 
+def _parity(k):
+    return k % 2
+
+
+def _total(values):
+    return sum(values[1:], values[0].copy())
+
+
+def _all_on_device(values) -> bool:
+    import insitu
+
+    return all(insitu.arrays.is_device_array(v) for v in values)
+
+
 def _surface(dom, node_of) -> dict:
     """Bytes of the slabs each node receives from the other per iteration (float64)."""
     from insitu.pool.halo import extract_halo
@@ -96,12 +110,19 @@ def test_halo_iterate_moves_gpu_slabs_between_hosts_through_nccl():
                 # slabs over TCP), then one more sweep.
                 shuffled = eng.gpu_shuffle(out, "halo", domain=dom).exec_gpu(netns.jacobi).cache_gpu(drop_sources=True)
                 after = shuffled.recv_gpu()
+                # The key shuffle across the hosts: blocks grouped by parity onto one daemon each.
+                grouped = eng.gpu_shuffle(shuffled, "key", key=_parity)
+                sums = grouped.exec_gpu(_total).recv_gpu()
+                on_device = eng.gpu_shuffle(shuffled, "key", key=_parity).exec_gpu(_all_on_device).recv_gpu()
                 shuffled.drop_gpu()
             finally:
                 eng.stop()
         np.testing.assert_allclose(dom.assemble(got), netns.jacobi_reference(DIMS, 8), rtol=1e-13, atol=0)
         assert all(np.array_equal(fetched[g], got[g]) for g in range(4))
         np.testing.assert_allclose(dom.assemble(after), netns.jacobi_reference(DIMS, 9), rtol=1e-13, atol=0)
+        assert sorted(sums) == [0, 1] and on_device == {0: True, 1: True}
+        for p in (0, 1):
+            np.testing.assert_allclose(sums[p], sum(after[g] for g in range(4) if g % 2 == p), rtol=1e-13, atol=0)
         want = _surface(dom, node_of)
         per_node = {}
         for gid, s in stats.items():  # each daemon's counters, read through its blocks
