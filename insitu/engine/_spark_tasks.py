@@ -162,9 +162,7 @@ def _endpoint(w: DaemonWorker) -> tcp.Endpoint:
     known = _ENDPOINTS.get(w.socket_path)
     if known is not None and known[0] == w.pid:
         return known[1]
-    pkg = Package()
-    pkg.add("recv", pkg.add("exec", tcp.endpoint, None, ()))
-    ep = w.run(pkg)[0]
+    ep = w.run(_exec_package(tcp.endpoint))[0]
     if ep is None:
         raise InsituError(f"the worker daemon at {w.socket_path} (pid {w.pid}) serves no blocks over tcp: it was "
                           "started without INSITU_DAEMON_TCP=1 (SparkEngine(network=True) sets it for its "
@@ -647,6 +645,7 @@ def _nccl_mesh(ctx: _Ctx, w: DaemonWorker | None, index: int, nparts: int, excha
 
 
 def _exec_package(fn) -> Package:
+    """A package that runs ``fn()`` in the daemon and returns its result."""
     pkg = Package()
     pkg.add("recv", pkg.add("exec", fn, None, ()))
     return pkg

@@ -549,8 +549,13 @@ class SparkEngine:
         """An RDD of `blocks`' records; each partition prefers the host holding its blocks
         where records name one."""
         parts, hosts = self._partition_records(blocks)
+        return self._parts_rdd(parts, hosts)
+
+    def _parts_rdd(self, parts: list, hosts: list):
+        """An RDD whose partition p holds the elements ``parts[p]``, preferring ``hosts[p]``
+        where any partition names a host."""
         return (located_rdd(self.sc, parts, hosts) if any(hosts) else
-                self.sc.parallelize(parts, blocks.npartitions)).flatMap(_identity)
+                self.sc.parallelize(parts, len(parts))).flatMap(_identity)
 
     def _slots(self, hosts: list) -> Any:
         """An RDD of one element per partition (its index), partition p preferring
@@ -559,10 +564,7 @@ class SparkEngine:
         key = tuple(tuple(h) for h in hosts)
         rdd = self._slot_rdds.get(key)
         if rdd is None:
-            parts = [[p] for p in range(len(hosts))]
-            rdd = (located_rdd(self.sc, parts, hosts) if any(hosts) else
-                   self.sc.parallelize(parts, len(hosts))).flatMap(_identity)
-            self._slot_rdds[key] = rdd
+            rdd = self._slot_rdds[key] = self._parts_rdd([[p] for p in range(len(hosts))], hosts)
         return rdd
 
     def _drop_records(self, records: list) -> bool:
