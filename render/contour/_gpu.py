@@ -378,20 +378,18 @@ __global__ void __launch_bounds__(256, MINB) mc_tiles(const T* __restrict__ v, c
             const int i = i0 + pl;
             const bool xok = i < b.hi0, xok1 = i + 1 < b.hi0;  // planes i + 1, i + 2 exist
             const bool last = pl + 1 == nown;  // plane i + 1 is the next chunk's
-            unsigned A[NR], B[NR], C[NR];
-            #pragma unroll
-            for (int r = 0; r < NR; ++r) {
-                A[r] = sm[r * SPL + pl];
-                B[r] = xok ? sm[r * SPL + pl + 1] : A[r];
-                C[r] = xok1 ? sm[r * SPL + pl + 2] : B[r];
-            }
-            Cross xa0 = cross(A[0], B[0], A[1], xok, 1 < nrow, K2), xb0 = cross(B[0], C[0], B[1], xok1, 1 < nrow, K2);
+            // plane i, i + 1, i + 2 of rows r, r + 1, r + 2 (a plane past the box: the one before)
+            const int o1 = xok ? 1 : 0, o2 = xok1 ? 2 : o1;
             #pragma unroll
             for (int r = 0; r < R; ++r) {
                 if (r >= ro) break;
-                const bool jn = r + 1 < nrow;
-                const Cross xa1 = cross(A[r + 1], B[r + 1], A[r + 2], xok, r + 2 < nrow, K2);
-                const Cross xb1 = cross(B[r + 1], C[r + 1], B[r + 2], xok1, r + 2 < nrow, K2);
+                const bool jn = r + 1 < nrow, jn2 = r + 2 < nrow;
+                const unsigned* q = sm + r * SPL + pl;
+                const unsigned a0 = q[0], a1 = q[SPL], a2 = q[2 * SPL];
+                const unsigned b0 = q[o1], b1 = q[SPL + o1], b2 = q[2 * SPL + o1];
+                const unsigned c0 = q[o2], c1 = q[SPL + o2], c2 = q[2 * SPL + o2];
+                const Cross xa0 = cross(a0, b0, a1, xok, jn, K2), xa1 = cross(a1, b1, a2, xok, jn2, K2);
+                const Cross xb0 = cross(b0, c0, b1, xok1, jn, K2), xb1 = cross(b1, c1, b2, xok1, jn2, K2);
                 // this row's vertices at plane i
                 if (own) {
                     const int bits = axes(xa0, lane) & 7;
@@ -407,7 +405,7 @@ __global__ void __launch_bounds__(256, MINB) mc_tiles(const T* __restrict__ v, c
                 }
                 // this row's cubes at plane i
                 const bool cube = own && xok && jn && k < b.hi2;
-                const int cs = s_case[quad(A[r], A[r + 1], B[r], B[r + 1], lane)];
+                const int cs = s_case[quad(a0, a1, b0, b1, lane)];
                 const int m = cube ? s_ntri[cs] : 0;
                 int sc = m;
                 #pragma unroll
@@ -422,7 +420,7 @@ __global__ void __launch_bounds__(256, MINB) mc_tiles(const T* __restrict__ v, c
                     // The number (or the code, see FWD_*) of the vertex on the edge from point
                     // (i + dp, j0 + r + dr, k + dl) along axis a.
                     auto vid = [&](int dp, int dr, int dl, int a) -> int {
-                        const Cross& x = dp ? (dr ? xb1 : xb0) : (dr ? xa1 : xa0);
+                        const Cross x = dp ? (dr ? xb1 : xb0) : (dr ? xa1 : xa0);
                         const int l = lane + dl, rr = r + dr, pq = pl + dp;
                         const bool fr = rr == R, fk = l == TILE, fc = dp && last;
                         const int ax = axes(x, l);
@@ -464,8 +462,6 @@ __global__ void __launch_bounds__(256, MINB) mc_tiles(const T* __restrict__ v, c
                     }
                 }
                 frun += rowtot;
-                xa0 = xa1;
-                xb0 = xb1;
             }
         }
     }
