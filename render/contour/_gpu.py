@@ -388,6 +388,9 @@ __global__ void __launch_bounds__(256, MINB) mc_tiles(const T* __restrict__ v, c
                 const unsigned a0 = q[0], a1 = q[SPL], a2 = q[2 * SPL];
                 const unsigned b0 = q[o1], b1 = q[SPL + o1], b2 = q[2 * SPL + o1];
                 const unsigned c0 = q[o2], c1 = q[SPL + o2], c2 = q[2 * SPL + o2];
+                // rows r, r + 1 of planes i, i + 1 all on one side: no vertex of this row, no cube
+                const unsigned z = a0 & ALLV;
+                if ((((a0 ^ z) | (a1 ^ z) | (b0 ^ z) | (b1 ^ z)) & ALLV) == 0u && (z == 0u || z == ALLV)) continue;
                 const Cross xa0 = cross(a0, b0, a1, xok, jn, K2), xa1 = cross(a1, b1, a2, xok, jn2, K2);
                 const Cross xb0 = cross(b0, c0, b1, xok1, jn, K2), xb1 = cross(b1, c1, b2, xok1, jn2, K2);
                 // this row's vertices at plane i
@@ -444,6 +447,8 @@ __global__ void __launch_bounds__(256, MINB) mc_tiles(const T* __restrict__ v, c
                         }
                     nfx = __popc(fxmask);
                 }
+                frun += rowtot;
+                if (!__any_sync(FULL, nfx)) continue;
                 // the faces mc_fix completes, listed warp by warp
                 int fs = nfx;
                 #pragma unroll
@@ -461,7 +466,6 @@ __global__ void __launch_bounds__(256, MINB) mc_tiles(const T* __restrict__ v, c
                         ++base;
                     }
                 }
-                frun += rowtot;
             }
         }
     }
