@@ -166,7 +166,6 @@ __device__ __forceinline__ long long pack(int i, int j, int k, int a) {
 #define NR (R + 2)     // rows a tile's warp reads: its own, the next tile's first and one more
 #define MAXP 64        // planes per chunk (the host's chunk is at most this)
 #define SPL (MAXP + 3) // planes of masks a warp keeps: its chunk's and the next two
-#define CAP 384        // cubes with triangles a warp lists per tile (the rest: row by row)
 
 // A tile's status word for the look-back: flag (1: its own totals, 2: totals of it and
 // every tile before it), triangles and vertices, each saturated to 31 bits.
@@ -245,10 +244,10 @@ __global__ void __launch_bounds__(256, MINB) mc_tiles(const T* __restrict__ v, c
         const signed char* __restrict__ tri, const int* __restrict__ units, const int nall, int* ticket,
         unsigned long long* status, int* __restrict__ vfirst, unsigned short* __restrict__ pre, long long* lvl,
         int* __restrict__ faces, long long* __restrict__ vedge, const long long fcap, const long long vcap,
-        int2* __restrict__ fix, const long long fixcap, unsigned long long* stats) {
+        int2* __restrict__ fix, const long long fixcap, unsigned long long* stats, unsigned* __restrict__ lists,
+        const int lcap) {
     __shared__ unsigned s_m[8][NR * SPL];  // per warp: masks [row][plane]
     __shared__ unsigned short s_p[8][MAXP * R];  // per warp: first vertex of (plane, row) in the tile
-    __shared__ unsigned s_l[8][CAP];  // per warp: cubes with triangles, in order (see phase A)
     __shared__ unsigned char s_edge[12];  // per cube edge: dp | dr << 1 | dl << 2 | axis << 3
     __shared__ __align__(16) unsigned char s_tri[256 * 16];  // a case's 15 triangle edges in 16 bytes
     __shared__ unsigned char s_case[256], s_ntri[256], s_nq[256];  // case and triangles by quad() bits
@@ -267,7 +266,7 @@ __global__ void __launch_bounds__(256, MINB) mc_tiles(const T* __restrict__ v, c
     }
     __syncthreads();
     unsigned* sm = s_m[w];
-    unsigned* sl = s_l[w];
+    unsigned* sl = lists + ((long long)blockIdx.x * 8 + w) * lcap;  // this warp's list of cubes (phase A)
     unsigned short* sp = s_p[w];
     const int n = LIST ? units[0] : nall;
     for (;;) {
@@ -346,8 +345,8 @@ __global__ void __launch_bounds__(256, MINB) mc_tiles(const T* __restrict__ v, c
                                 nt += m;
                                 // the cubes with triangles, listed plane by plane, row by row, lane by lane
                                 const unsigned has = __ballot_sync(FULL, m != 0);
-                                if (has && pp < ovf) {
-                                    if (nl + __popc(has) <= CAP) {
+                                if (WALK && has && pp < ovf) {
+                                    if (nl + __popc(has) <= lcap) {
                                         if (m) sl[nl + __popc(has & ((1u << lane) - 1u))] =
                                             (unsigned)pp | (unsigned)(r << 6) | (unsigned)(lane << 9)
                                             | ((unsigned)s_case[qd] << 14);
@@ -610,6 +609,7 @@ _MINB = {"tiles": "4", "vertex": "4"}
 CHUNK = 64  # planes per chunk (MAXP in the kernels)
 _ROWS = 8  # rows per tile (R)
 _PRE = CHUNK * _ROWS  # per tile: first vertex of each (plane, row)
+_LCAP = 4096  # cubes with triangles a warp lists per tile (a quarter of them)
 
 
 @functools.cache
@@ -728,7 +728,7 @@ def select(ranges, level, lo, hi, chunk, active, units, pos) -> None:
 class Tiles:
     """Scratch of the tile pass over a box, kept across levels and runs of one call."""
 
-    def __init__(self, lo, hi, nlevels: int, listed: bool, walk: bool):
+    def __init__(self, lo, hi, nlevels: int, listed: bool, walk: bool, grid: int):
         import cupy
 
         self.lo, self.hi = tuple(lo), tuple(hi)
@@ -741,6 +741,8 @@ class Tiles:
         self.lvl = cupy.zeros((nlevels + 1, 2), cupy.int64)  # first vertex and face of each level, then the end
         self.stats = cupy.zeros((nlevels, 4), cupy.uint64)  # per level: non-finite, vertices, faces, to fix
         self.units = self.pos = self.active = None
+        # per warp of the launch, its list of a tile's cubes with triangles (more: row by row)
+        self.lists = cupy.empty((grid * 8 * _LCAP) if walk else 1, cupy.uint32)
         if listed:
             self.units = cupy.zeros((nlevels, 3 + self.nunits), cupy.int32)
             self.pos = cupy.empty((nlevels, self.nunits), cupy.int32)
@@ -757,12 +759,13 @@ def tiles(vol, ext, levels, lo, hi, tables, ranges, faces, vedge, fix, walk: boo
     if max(h - l for l, h in zip(lo, hi)) >= 2**20:
         raise ValueError(f"marching_cubes: box {lo}..{hi} is too long for the GPU path (2^20 samples per axis)")
     listed = ranges is not None
-    sc = Tiles(lo, hi, len(levels), listed, walk)
+    nunits = int(np.prod(unit_grid(lo, hi, CHUNK)))
+    grid = (max(1, min(-(-3 * nunits // 8), _blocks_per_launch(vol.device.id))),)
+    sc = Tiles(lo, hi, len(levels), listed, walk, grid[0])
     box = _box(tuple(lo), tuple(hi), CHUNK)
     g = _vol(vol, ext)
     kern = _kernel("tiles", vol.dtype, listed, walk)
     fix_k = _kernel("fix")
-    grid = (max(1, min(-(-3 * sc.nunits // 8), _blocks_per_launch(vol.device.id))),)
     null = np.uintp(0)
     for n, lev in enumerate(levels):
         sc.status.fill(0)
@@ -774,7 +777,7 @@ def tiles(vol, ext, levels, lo, hi, tables, ranges, faces, vedge, fix, walk: boo
         kern(grid, (32, 8), (vol, g, box, np.float64(lev), _levelf(lev), tables[0], tables[1],
                              units, np.int32(sc.nunits), sc.ticket[n:], sc.status,
                              sc.vfirst, sc.pre, sc.lvl[n], faces, vedge, np.int64(len(faces)), np.int64(len(vedge)),
-                             fix, np.int64(len(fix)), sc.stats[n]))
+                             fix, np.int64(len(fix)), sc.stats[n], sc.lists, np.int32(_LCAP if walk else 0)))
         if walk:
             fix_k((min(-(-len(fix) // 256), 4096) or 1,), (256,),
                   (faces, fix, sc.stats[n], np.int64(len(fix)), units if listed else null, pos, box, sc.vfirst,
