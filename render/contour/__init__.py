@@ -88,127 +88,95 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     given. `out`: C-contiguous buffers on vol's backend, large enough (see _check_out),
     written in place.
     """
+    xp = arrays.get_array_module(vol)
+    gpu = arrays.is_device_array(vol)
+    tables = _device_tables(arrays.device_id(vol) if gpu else None)
+    m = [h - l + 1 for l, h in zip(lo, hi)]
+    chunk = chunk_planes(m[0])
+    nseg = ((m[0] - 1) // chunk + 1) * m[1] * m[2]
+    cshape = (2, len(levels), nseg)  # pass 1 writes every segment (on the host: kept scratch, see _cpu.ScratchPool)
+    counts = xp.empty(cshape, xp.int32) if gpu else _cpu.scratch.take(cshape, np.int32)
+    lo_a, hi_a = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+    if gpu and vals is not None and vals.dtype not in (xp.float32, xp.float64):
+        vals = vals.astype(xp.float64)  # the CUDA kernel samples float32 and float64 as they are
     ext = np.asarray(ext if ext is not None else (0, 0, 0, *(n - 1 for n in vol.shape)), np.int64)
-    geo = np.array([*spacing, *origin], np.float64)
-    kdims = np.asarray(dims if dims is not None else (1, 1, 1), np.int64)
-    per_level = 3 * int(np.prod(kdims))
-    if arrays.is_device_array(vol):
-        mesh = _mesh_gpu(vol, levels, lo, hi, ext, geo, offset, vals, dims, kdims, per_level, out, name, ranges)
+    if gpu:  # per segment its start within its tile, per tile its totals (see _gpu.count)
+        ntiles = _gpu.tile_count(lo, hi, chunk)
+        local = xp.empty((2, len(levels), nseg), xp.int32)
+        tiles = xp.zeros((2, len(levels), ntiles), xp.int32)  # tiles of units not visited hold nothing
+        nunits = int(np.prod(_gpu.unit_grid(lo, hi, chunk)))
+        units = xp.zeros((len(levels), 3 + nunits), xp.int32)  # per level: how many, which (see _gpu.select)
+        if ranges is None:  # every unit, a block each (a pass computing ranges costs a read; see marching_cubes)
+            units[:, 0] = nunits
+        else:
+            active = xp.empty(nunits, xp.uint8)
+    else:  # per segment its start within its task, per task its totals (see _cpu.count)
+        ntasks = _cpu.tasks(lo, hi, chunk)
+        tasks = np.empty((2, len(levels), ntasks), np.int64)
+    bad = xp.zeros(3, xp.uint64) if gpu else 0  # GPU: non-finite flag, vertex and triangle totals
+    for n, lev in enumerate(levels):
+        if gpu:
+            if ranges is not None:
+                _gpu.select(ranges, lev, lo, hi, chunk, active, units[n])
+            _gpu.count(vol, ext, lev, lo, hi, chunk, tables, counts[0, n], counts[1, n], local[0, n], local[1, n],
+                       tiles[0, n], tiles[1, n], bad, units[n], ranges is not None)
+        else:
+            bad += _cpu.count(vol, lev, lo_a, hi_a, chunk, tables[0], counts[0, n], counts[1, n], tasks[0, n],
+                              tasks[1, n])
+    if gpu:
+        # Second level of the scan: the tiles, in int32 (the exact totals guard it), all
+        # levels in one numbering. The flag, the totals and the levels' ends in one read:
+        # each read waits for the device.
+        vti, tti = (xp.cumsum(t, dtype=xp.int32) for t in tiles.reshape(2, -1))
+        nbad, nv, nf, *vend = arrays.scalars_to_host(
+            xp.concatenate([bad.astype(xp.int64), vti[ntiles - 1:-1:ntiles].astype(xp.int64)]))
+        if nbad:
+            raise ValueError(f"{name}: contains NaN or inf")
+        vend.append(nv)  # the last level ends at the total
     else:
-        mesh = _mesh_cpu(vol, levels, lo, hi, ext, geo, offset, vals, dims, kdims, per_level, out, name)
-    if vals is not None:
-        _check_sampled(mesh[3], vname)
-    return tuple(mesh)
-
-
-def _mesh_arrays(specs, out, vals, dims, alloc) -> list:
-    """The mesh's arrays (verts, faces, normals, vals or None, keys or None): views of `out`
-    or new ones from `alloc` (specs: (dtype, shape) of each)."""
+        if bad:
+            raise ValueError(f"{name}: contains NaN or inf")
+        flat = tasks.reshape(2, -1)
+        vincl, tincl = np.cumsum(flat[0]), np.cumsum(flat[1])
+        *vend, nf = [int(x) for x in np.concatenate([vincl[ntasks - 1::ntasks], tincl[-1:]])]
+        nv = vend[-1]
+        voff, toff = vincl - flat[0], tincl - flat[1]
+    if max(nv, nf) > _INT32_MAX:
+        raise ValueError(f"{name}: the mesh has {nv} vertices and {nf} triangles, more than int32 indices hold")
+    specs = [(np.float32, (nv, 3)), (np.int32, (nf, 3)), (np.float32, (nv, 3)), (np.float32, (nv,))]
     if out is not None:
         _check_out(specs, out)
         mesh = [b[:shape[0]] for (_, shape), b in zip(specs, out)]
     else:
-        mesh = alloc(specs[:3 + (vals is not None)])
-    return mesh + [None] * (4 - len(mesh)) + [alloc([(np.int64, (specs[0][1][0],))])[0] if dims is not None else None]
-
-
-def _specs(nv: int, nf: int) -> list:
-    return [(np.float32, (nv, 3)), (np.int32, (nf, 3)), (np.float32, (nv, 3)), (np.float32, (nv,))]
-
-
-def _mesh_cpu(vol, levels, lo, hi, ext, geo, offset, vals, dims, kdims, per_level, out, name):
-    """The Numba path: count per segment, scan per task, generate (see _cpu)."""
-    tables = _device_tables(None)
-    m = [h - l + 1 for l, h in zip(lo, hi)]
-    chunk = chunk_planes(m[0])
-    nseg = ((m[0] - 1) // chunk + 1) * m[1] * m[2]
-    cshape = (2, len(levels), nseg)  # pass 1 writes every segment (kept scratch, see _cpu.ScratchPool)
-    counts = _cpu.scratch.take(cshape, np.int32)
-    lo_a, hi_a = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
-    ntasks = _cpu.tasks(lo, hi, chunk)  # per segment its start within its task, per task its totals
-    tasks = np.empty((2, len(levels), ntasks), np.int64)
-    bad = 0
+        want = specs[:3 + (vals is not None)]
+        mesh = [xp.empty(shape, dt) for dt, shape in want] if gpu else _cpu.mesh_arrays(want)
+    mesh += [None] * (4 - len(mesh)) + [xp.empty(nv, xp.int64) if dims is not None else None]
+    geo = np.array([*spacing, *origin], np.float64)
+    kdims = np.asarray(dims if dims is not None else (1, 1, 1), np.int64)
+    per_level = 3 * int(np.prod(kdims))
+    vedge = xp.empty(nv, xp.int64) if gpu else None
     for n, lev in enumerate(levels):
-        bad += _cpu.count(vol, lev, lo_a, hi_a, chunk, tables[0], counts[0, n], counts[1, n], tasks[0, n],
-                          tasks[1, n])
-    if bad:
-        raise ValueError(f"{name}: contains NaN or inf")
-    flat = tasks.reshape(2, -1)
-    vincl, tincl = np.cumsum(flat[0]), np.cumsum(flat[1])
-    *vend, nf = [int(x) for x in np.concatenate([vincl[ntasks - 1::ntasks], tincl[-1:]])]
-    nv = vend[-1]
-    voff, toff = vincl - flat[0], tincl - flat[1]
-    if max(nv, nf) > _INT32_MAX:
-        raise ValueError(f"{name}: the mesh has {nv} vertices and {nf} triangles, more than int32 indices hold")
-    mesh = _mesh_arrays(_specs(nv, nf), out, vals, dims, _cpu.mesh_arrays)
-    for n, lev in enumerate(levels):
-        at = slice(n * ntasks, (n + 1) * ntasks)
-        _cpu.generate(vol, ext, lev, lo_a, hi_a, chunk, counts[0, n], counts[1, n], tasks[0, n], tasks[1, n],
-                      voff[at], toff[at],
-                      *tables, geo, np.asarray(offset, np.int64),
-                      vals if vals is not None else np.zeros((1, 1, 1)), vals is not None,
-                      mesh[4] if dims is not None else np.zeros(1, np.int64), dims is not None,
-                      kdims, n * per_level, mesh[0], mesh[1], mesh[2],
-                      mesh[3] if vals is not None else np.zeros(1, np.float32))
-    _cpu.scratch.give(counts)
-    return mesh
-
-
-# Per box and volume layout, the room the last GPU call needed (vertices, faces, faces to
-# fix, with a margin): in-situ calls repeat the geometry and the surface changes slowly,
-# so one pass writes the mesh; a first call counts first (a pass without writes).
-_room: dict[tuple, tuple[int, int, int]] = {}
-
-
-def _mesh_gpu(vol, levels, lo, hi, ext, geo, offset, vals, dims, kdims, per_level, out, name, ranges=None) -> list:
-    """The CUDA path: the tile pass (count, look-back, write; see _gpu) into buffers with
-    room enough, then the vertices; one read of a few counts."""
-    import cupy
-
-    dev = arrays.device_id(vol)
-    tables = _device_tables(dev)
-    if vals is not None and vals.dtype not in (cupy.float32, cupy.float64):
-        vals = vals.astype(cupy.float64)  # the CUDA kernel samples float32 and float64 as they are
-    key = (dev, vol.shape, vol.strides, vol.dtype.str, tuple(lo), tuple(hi), len(levels), ranges is not None)
-    room = _room.get(key)
-    if out is not None:
-        room = (len(out[0]), len(out[1]), room[2] if room else 1024)
-    for _ in range(3):  # at most: count, write, write again with room for the faces to fix
-        if room is None:  # count only: no buffers to write into yet
-            sc = _gpu.tiles(vol, ext, levels, lo, hi, tables, ranges, cupy.empty((0, 3), cupy.int32),
-                            cupy.empty(0, cupy.int64), cupy.empty((0, 2), cupy.int32), walk=False)
+        if gpu:
+            vstart = vend[n - 1] if n else 0
+            lev_tiles = slice(n * ntiles, (n + 1) * ntiles)
+            starts = (local[0, n], local[1, n], tiles[0, n], tiles[1, n], vti[lev_tiles], tti[lev_tiles])
+            _gpu.generate(vol, ext, lev, lo, hi, chunk, counts[0, n], counts[1, n], starts, vstart,
+                          vend[n] - vstart, tables, geo, offset, vals, mesh[4], kdims, n * per_level, *mesh[:4],
+                          vedge, units[n], ranges is not None)
         else:
-            faces = out[1] if out is not None else cupy.empty((room[1], 3), cupy.int32)
-            vedge = cupy.empty(room[0], cupy.int64)
-            fix = cupy.empty((room[2], 2), cupy.int32)
-            sc = _gpu.tiles(vol, ext, levels, lo, hi, tables, ranges, faces, vedge, fix, walk=True)
-        # the flag, the totals, the most faces to fix in a level and the levels' ends in one read
-        stats = sc.stats.astype(cupy.int64)
-        nbad, nv, nf, nfix, *vend = arrays.scalars_to_host(cupy.concatenate(
-            [stats[:, :3].sum(axis=0), stats[:, 3].max(keepdims=True), sc.lvl[1:-1, 0]]))
-        vend.append(nv)  # the last level ends at the total
-        if nbad:
-            raise ValueError(f"{name}: contains NaN or inf")
-        if max(nv, nf) > _INT32_MAX:
-            raise ValueError(f"{name}: the mesh has {nv} vertices and {nf} triangles, more than int32 indices hold")
-        if room is not None and nv <= room[0] and nf <= room[1] and nfix <= room[2]:
-            break
-        if out is not None:
-            _check_out(_specs(nv, nf), out)  # raises if the caller's buffers are too small
-        room = (nv, nf, max(nfix, nf // 4) + 1024) if room is None else (nv, nf, nfix)
-    else:
-        raise RuntimeError(f"marching_cubes: {name}: the mesh did not fit the room its own counts gave")
-    _room[key] = (nv + nv // 8 + 64, nf + nf // 8 + 64, nfix + nfix // 2 + 1024)
-    if len(_room) > 256:
-        _room.pop(next(iter(_room)))
-    mesh = _mesh_arrays(_specs(nv, nf), out, vals, dims,
-                        lambda specs: [cupy.empty(shape, dt) for dt, shape in specs])
-    mesh[1] = faces[:nf]
-    for n, lev in enumerate(levels):
-        vstart = vend[n - 1] if n else 0
-        _gpu.vertices(vol, ext, lev, vstart, vend[n] - vstart, geo, offset, vals, mesh[4], kdims, n * per_level,
-                      mesh[0], mesh[2], mesh[3], vedge)
-    return mesh
+            at = slice(n * ntasks, (n + 1) * ntasks)
+            _cpu.generate(vol, ext, lev, lo_a, hi_a, chunk, counts[0, n], counts[1, n], tasks[0, n], tasks[1, n],
+                          voff[at], toff[at],
+                          *tables, geo, np.asarray(offset, np.int64),
+                          vals if vals is not None else np.zeros((1, 1, 1)), vals is not None,
+                          mesh[4] if dims is not None else np.zeros(1, np.int64), dims is not None,
+                          kdims, n * per_level, mesh[0], mesh[1], mesh[2],
+                          mesh[3] if vals is not None else np.zeros(1, np.float32))
+    if not gpu:
+        _cpu.scratch.give(counts)
+    if vals is not None:
+        _check_sampled(mesh[3], vname)
+    return tuple(mesh)
 
 
 def _weld(parts, want_values: bool, xp=np):

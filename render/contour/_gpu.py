@@ -89,6 +89,49 @@ __global__ void mc_units(const double* __restrict__ rng, const int si, const int
     active[u] = nan || (lo <= level && hi > level);
 }
 
+// The units both passes visit: the active ones and those one unit further along j, k and
+// the chunks (pass 2 numbers vertices from the segments there, so pass 1 must count
+// them). units[0]: their number, units[1], units[2]: the next unit pass 1, pass 2 takes
+// (blocks take units as they finish: units differ widely in work), units[3 ..]: the list
+// (in no particular order).
+__global__ void mc_list(const unsigned char* __restrict__ active, const Box b, const int n, int* __restrict__ units) {
+    const int u = blockIdx.x * blockDim.x + threadIdx.x;
+    bool take = false;
+    if (u < n) {
+        int bx, by, c;
+        unit_of(u, b, bx, by, c);
+        for (int dc = 0; dc <= min(c, 1); ++dc)
+            for (int dx = 0; dx <= min(bx, 1); ++dx)
+                for (int dy = 0; dy <= min(by, 1); ++dy)
+                    take |= active[((c - dc) * b.nby + by - dy) * b.nbx + bx - dx] != 0;
+    }
+    const unsigned m = __ballot_sync(FULL, take);
+    if (!m) return;
+    const int lane = threadIdx.x & 31, first = __ffs(m) - 1;
+    int base = 0;
+    if (lane == first) base = atomicAdd(units, __popc(m));
+    base = __shfl_sync(FULL, base, first);
+    if (take) units[3 + base + __popc(m & ((1u << lane) - 1u))] = u;
+}
+
+// The next piece of work for a block of a pass (`counter`: 1 or 2, see mc_list): unit
+// units[3 + n / parts], part n %% parts; -1 when none is left. LIST false: every unit is
+// visited (the list is 0, 1, ...), one piece per block, n = blockIdx.x.
+template <bool LIST>
+__device__ __forceinline__ int next_work(int* units, int counter, int parts, int* s_next, int& part, int& calls) {
+    if (!LIST) {
+        const int n = calls++ == 0 ? (int)blockIdx.x : 0x7FFFFFFF;
+        part = n %% parts;
+        return n < parts * units[0] ? n / parts : -1;
+    }
+    __syncthreads();  // every warp is done with the previous piece
+    if (threadIdx.x == 0 && threadIdx.y == 0) *s_next = atomicAdd(units + counter, 1);
+    __syncthreads();
+    const int n = *s_next;
+    part = n %% parts;
+    return n < parts * units[0] ? units[3 + n / parts] : -1;
+}
+
 template <typename T>
 __device__ __forceinline__ double at(const T* v, const Vol& g, int i, int j, int k) {
     return (double)v[i * g.s0 + j * g.s1 + k * g.s2];
@@ -149,390 +192,304 @@ __device__ __forceinline__ int case_of(int q) {
     return c;
 }
 
+// A segment is a run of at most b.chunk points along axis 0 at one (j, k): segment
+// ((c * m1) + j - lo1) * m2 + k - lo2 for chunk c. Pass 1: a warp counts the vertices
+// (crossed edges starting at its points) and triangles of the segments of R rows
+// j0 .. j0 + R - 1 and the TILE points k0 .. k0 + TILE - 1 (lanes beyond lend samples),
+// walking the chunk's planes; planes where the warp's samples all lie on one side cost
+// the loads and ballots only. Every sample of the box is also tested for NaN and inf.
+template <typename T, int R, int MINB, bool LIST>
+__global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, const Vol g, const Box b,
+        const double level, const float levelf, const signed char* __restrict__ ntri, int* nvert_out,
+        int* ntri_out, int* __restrict__ vloc, int* __restrict__ tloc, int* __restrict__ vtile,
+        int* __restrict__ ttile, unsigned long long* stats, int* units) {
+    __shared__ unsigned char s_ntri[256];  // by quad() bits
+    __shared__ int s_next;
+    const int tid = threadIdx.y * 32 + threadIdx.x;
+    for (int q = tid; q < 256; q += blockDim.x * blockDim.y) s_ntri[q] = ntri[case_of(q)];
+    __syncthreads();
+    const int lane = threadIdx.x;
+    int part, calls = 0;
+    for (int u = next_work<LIST>(units, 1, 1, &s_next, part, calls); u >= 0;
+         u = next_work<LIST>(units, 1, 1, &s_next, part, calls)) {
+    int bx, by, c;
+    unit_of(u, b, bx, by, c);
+    // The 8 warps of a block take consecutive row groups (they share the rows between).
+    const int j0 = b.lo1 + UROWS * bx + R * threadIdx.y;
+    const int k = b.lo2 + TILE * by + lane;
+    if (j0 > b.hi1 || k - lane > b.hi2) continue;
+    const int m1 = b.hi1 - b.lo1 + 1, m2 = b.hi2 - b.lo2 + 1;
+    const bool kin = k <= b.hi2, own = kin && lane < TILE;
+    const int nrow = min(R + 1, b.hi1 - j0 + 1);  // rows j0 + r that exist
+    const unsigned U = __ballot_sync(FULL, kin), K2 = __ballot_sync(FULL, lane < 31 && k < b.hi2);
+    const int i0 = b.lo0 + c * b.chunk, i1 = min(i0 + b.chunk - 1, b.hi0);
+    const long long s0 = g.s0, s1 = g.s1;
+    const T* p = v + i0 * s0 + j0 * s1 + (long long)k * g.s2;
+    int nv[R], nt[R];
+    #pragma unroll
+    for (int r = 0; r < R; ++r) nv[r] = nt[r] = 0;
+    float acc = 0.0f;
+    auto run = [&](auto full) {
+        constexpr bool F = decltype(full)::value;
+        const unsigned u = F ? FULL : U;
+        unsigned M[R + 1], N[R + 1];
+        Rows<T, R + 1> q1, q2;  // planes i + 1, i + 2 in flight
+        load_rows<F>(p, s1, nrow, kin, q1);
+        #pragma unroll
+        for (int r = 0; r <= R; ++r) taint(q1.x[r], acc);
+        ballot_rows<F>(q1, nrow, kin, level, levelf, M);
+        if (i0 + 1 <= b.hi0) load_rows<F>(p + s0, s1, nrow, kin, q1);
+        if (i0 + 2 <= b.hi0 && i0 + 1 <= i1) load_rows<F>(p + 2 * s0, s1, nrow, kin, q2);
+        // Plane i + 1 comes from q, which then takes plane i + 3.
+        auto step = [&](const int i, Rows<T, R + 1>& q) {
+            const bool xok = i < b.hi0;
+            if (xok) {
+                #pragma unroll
+                for (int r = 0; r <= R; ++r) taint(q.x[r], acc);
+                ballot_rows<F>(q, nrow, kin, level, levelf, N);
+            } else {
+                #pragma unroll
+                for (int r = 0; r <= R; ++r) N[r] = M[r];  // no plane i + 1: no axis-0 edge, no cube
+            }
+            if (i + 3 <= b.hi0 && i + 2 <= i1) load_rows<F>(p + 3 * s0, s1, nrow, kin, q);
+            const unsigned z = M[0] & u;
+            unsigned d = 0u;
+            #pragma unroll
+            for (int r = 0; r <= R; ++r)
+                if (F || r < nrow) d |= (M[r] ^ z) | (N[r] ^ z);
+            if ((d & u) != 0u || (z != 0u && z != u)) {  // else every sample on one side: nothing crossed
+                #pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    if (!F && r >= nrow) continue;
+                    const bool jn = F || r + 1 < nrow;  // j < hi1
+                    const unsigned x0 = M[r] ^ N[r], x1 = jn ? M[r] ^ M[r + 1] : 0u;
+                    const unsigned x2 = (M[r] ^ (M[r] >> 1)) & K2;
+                    nv[r] += ((x0 >> lane) & 1u) + ((x1 >> lane) & 1u) + ((x2 >> lane) & 1u);
+                    if (xok && jn && ((K2 >> lane) & 1u))
+                        nt[r] += s_ntri[quad(M[r], M[r + 1], N[r], N[r + 1], lane)];
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r <= R; ++r) M[r] = N[r];
+            p += s0;
+        };
+        for (int i = i0; i <= i1; i += 2) {
+            step(i, q1);
+            if (i + 1 > i1) break;
+            step(i + 1, q2);
+        }
+    };
+    if (nrow == R + 1 && U == FULL) run(Bool<true>()); else run(Bool<false>());
+    // The first level of the scan: a tile is the TILE segments of one row a warp counts;
+    // vloc/tloc: a segment's first vertex/face within its tile, vtile/ttile: the tile's
+    // totals (tile (c * m1 + j - lo1) * nby + by, in segment order).
+    #pragma unroll
+    for (int r = 0; r < R; ++r) {
+        if (r >= nrow) continue;
+        int sv = own ? nv[r] : 0, st = own ? nt[r] : 0;
+        #pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const int uv = __shfl_up_sync(FULL, sv, d), ut = __shfl_up_sync(FULL, st, d);
+            if (lane >= d) { sv += uv; st += ut; }
+        }
+        const long long row = (long long)c * m1 + j0 + r - b.lo1;
+        if (own) {
+            const long long seg = row * m2 + k - b.lo2;
+            nvert_out[seg] = nv[r];
+            ntri_out[seg] = nt[r];
+            vloc[seg] = sv - nv[r];
+            tloc[seg] = st - nt[r];
+        }
+        if (lane == 31) {
+            vtile[row * b.nby + by] = sv;
+            ttile[row * b.nby + by] = st;
+        }
+    }
+    // stats: warps that met NaN or inf, vertices, triangles (exact: the caller's scans are int32)
+    unsigned sv = 0u, st = 0u;
+    #pragma unroll
+    for (int r = 0; r < R; ++r)
+        if (own && r < nrow) { sv += nv[r]; st += nt[r]; }
+    sv = __reduce_add_sync(FULL, sv);
+    st = __reduce_add_sync(FULL, st);
+    const bool nan = __ballot_sync(FULL, acc != acc) != 0u;
+    if (lane == 0) {
+        if (nan) atomicAdd(stats, 1ull);
+        if (sv) atomicAdd(stats + 1, (unsigned long long)sv);
+        if (st) atomicAdd(stats + 2, (unsigned long long)st);
+    }
+    }
+}
+
 // A vertex's edge packed: point (i, j, k) and axis a.
 __device__ __forceinline__ long long pack(int i, int j, int k, int a) {
     return ((long long)i << 42) | ((long long)j << 22) | ((long long)k << 2) | a;
 }
 
-// Tiles: the work of one warp. Tile t of a level is sub-tile t %% 3 (rows R (t %% 3) ..
-// R (t %% 3) + R - 1 of its unit) of the unit at place t / 3 of the level's list (every
-// unit in order, or the units select() listed, in order). Vertices and faces are numbered
-// tile by tile in that order, and within a tile plane by plane, row by row, point by point
-// (a point's vertices by axis): so a warp writes each plane's vertices and faces to
-// consecutive places. A tile's first vertex and face come from a decoupled look-back
-// over the tiles before it (ticket order is tile order, so it never waits on a tile no
-// warp holds).
-#define R 8            // rows j per tile: a unit's UROWS rows are three tiles
-#define NR (R + 2)     // rows a tile's warp reads: its own, the next tile's first and one more
-#define MAXP 64        // planes per chunk (the host's chunk is at most this)
-#define SPL (MAXP + 3) // planes of masks a warp keeps: its chunk's and the next two
-
-// A tile's status word for the look-back: flag (1: its own totals, 2: totals of it and
-// every tile before it), triangles and vertices, each saturated to 31 bits.
-#define ST_AGG 1ull
-#define ST_INC 2ull
-#define SAT31(x) ((unsigned long long)((x) < 0x7FFFFFFFLL ? (x) : 0x7FFFFFFFLL))
-
-__device__ __forceinline__ unsigned long long status_word(unsigned long long flag, long long v, long long f) {
-    return (flag << 62) | (SAT31(f) << 31) | SAT31(v);
-}
-
-// The vertices and faces of the tiles before tile t (the look-back; the whole warp).
-__device__ __forceinline__ void look_back(const unsigned long long* status, int t, int lane, long long& ev,
-                                          long long& ef) {
-    ev = ef = 0;
-    for (int p = t - 1; p >= 0; p -= 32) {
-        const int q = p - lane;
-        unsigned long long w;
-        for (;;) {
-            w = q >= 0 ? *((volatile const unsigned long long*)(status + q)) : (ST_INC << 62);
-            if (__all_sync(FULL, (w >> 62) != 0ull)) break;
-            __nanosleep(20);
-        }
-        const unsigned inc = __ballot_sync(FULL, (w >> 62) == ST_INC);
-        const int stop = inc ? __ffs(inc) - 1 : 31;  // the nearest tile that holds everything before it
-        long long v = lane <= stop ? (long long)(w & 0x7FFFFFFFull) : 0;
-        long long f = lane <= stop ? (long long)((w >> 31) & 0x7FFFFFFFull) : 0;
-        #pragma unroll
-        for (int d = 16; d; d >>= 1) {
-            v += __shfl_xor_sync(FULL, v, d);
-            f += __shfl_xor_sync(FULL, f, d);
-        }
-        ev += v;
-        ef += f;
-        if (inc) break;
+// Crossed-edge bits of every lane's points in rows j, j + 1 of a plane, per axis: X[dj][a]
+// bit l for edge (j + dj, k0 + l) + axis a. P, Q: masks of rows j .. j + 2 of this plane
+// and the next one (xok: the next one exists).
+__device__ __forceinline__ void crossings(const unsigned* P, const unsigned* Q, bool xok, int nrow, unsigned K2,
+                                          unsigned X[2][3]) {
+    #pragma unroll
+    for (int dj = 0; dj < 2; ++dj) {
+        X[dj][0] = xok ? P[dj] ^ Q[dj] : 0u;
+        X[dj][1] = dj + 1 < nrow ? P[dj] ^ P[dj + 1] : 0u;
+        X[dj][2] = (P[dj] ^ (P[dj] >> 1)) & K2;
     }
 }
 
-// Crossed edges of one row of points at one plane, per axis: bit l for the edge from
-// point k0 + l along axis 0, 1, 2 (of every lane: lanes 30, 31 are the next tile's).
-struct Cross { unsigned x0, x1, x2; };
-
-__device__ __forceinline__ Cross cross(unsigned m, unsigned m_next_plane, unsigned m_next_row, bool xok, bool jok,
-                                       unsigned K2) {
-    return {xok ? m ^ m_next_plane : 0u, jok ? m ^ m_next_row : 0u, (m ^ (m >> 1)) & K2};
+// Bits (axis 0, 1, 2) of the edges starting at lane s's point of one row.
+__device__ __forceinline__ int edge_bits(const unsigned* X, int s) {
+    return ((X[0] >> s) & 1u) | (((X[1] >> s) & 1u) << 1) | (((X[2] >> s) & 1u) << 2);
 }
 
-// The vertices of the points of lanes below l that this tile owns (OWN), and the axis bits of lane l.
-__device__ __forceinline__ int below(const Cross& x, unsigned own, int l) {
-    const unsigned lb = own & ((1u << l) - 1u);
-    return __popc(x.x0 & lb) + __popc(x.x1 & lb) + __popc(x.x2 & lb);
-}
-__device__ __forceinline__ int axes(const Cross& x, int l) {
-    return ((x.x0 >> l) & 1u) | (((x.x1 >> l) & 1u) << 1) | (((x.x2 >> l) & 1u) << 2);
-}
-
-// A vertex of a later tile (the next rows, the next points along k, the next chunk) is
-// written as -1 - code and replaced by mc_fix once every tile's first vertex is known:
-// code = flags (1: next rows, 2: next points, 4: next chunk) | plane << 3 | row << 9 |
-// rank within that plane and row of that tile << 13.
-#define FWD_ROW 1
-#define FWD_K 2
-#define FWD_CHUNK 4
-
-// One pass over the tiles of one level: count (phase A), look back, then (WALK) write
-// the faces and each vertex's packed edge (phase C, from the plane masks phase A keeps
-// in shared memory: the samples are read once). Per tile `vfirst` gets its first vertex
-// and `pre` the first vertex of each (plane, row) within it, for mc_fix. `lvl`: [0], [1]
-// first vertex and face of the level, [2], [3] its end (written by the last tile).
-// `stats` (uint64): [0] warps that met NaN or inf, [1] vertices, [2] triangles, [3] the
-// faces mc_fix must complete (their list `fix` holds `fixcap`). Writes beyond `vcap`,
-// `fcap`, `fixcap` are dropped (the caller checks the totals and runs again).
-template <typename T, bool LIST, bool WALK, int MINB>
-__global__ void __launch_bounds__(256, MINB) mc_tiles(const T* __restrict__ v, const Vol g, const Box b,
-        const double level, const float levelf, const signed char* __restrict__ ntri,
-        const signed char* __restrict__ tri, const int* __restrict__ units, const int nall, int* ticket,
-        unsigned long long* status, int* __restrict__ vfirst, unsigned short* __restrict__ pre, long long* lvl,
-        int* __restrict__ faces, long long* __restrict__ vedge, const long long fcap, const long long vcap,
-        int2* __restrict__ fix, const long long fixcap, unsigned long long* stats, unsigned* __restrict__ lists,
-        const int lcap) {
-    __shared__ unsigned s_m[8][NR * SPL];  // per warp: masks [row][plane]
-    __shared__ unsigned short s_p[8][MAXP * R];  // per warp: first vertex of (plane, row) in the tile
-    __shared__ unsigned char s_edge[12];  // per cube edge: dp | dr << 1 | dl << 2 | axis << 3
+// Pass 2: faces, and the edge of each vertex a segment owns (positions come in mc_vertex,
+// one thread per vertex). A warp walks the segments of one row j and TILE = 30 points k0 ..
+// k0 + 29 (lanes 30, 31 lend samples), keeping for each its running vertex numbers in the four
+// segments (j + dj, k + dk) whose vertices its cubes use; warps whose segments have
+// nothing leave at once, planes with no crossed edge in reach are stepped over. Vertex
+// and face numbers fit int32 (checked by the caller).
+template <typename T, int MINB, bool LIST>
+__global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, const Vol g, const Box b,
+        const double level, const float levelf, const int* __restrict__ nvert, const int* __restrict__ ntri_seg,
+        const int* __restrict__ vloc, const int* __restrict__ tloc, const int* __restrict__ vtile,
+        const int* __restrict__ ttile, const int* __restrict__ vti, const int* __restrict__ tti, const int ntk,
+        const signed char* __restrict__ ntri, const signed char* __restrict__ tri,
+        int* __restrict__ faces, long long* __restrict__ vedge, int* units) {
+    __shared__ unsigned char s_case[256], s_ntri[256];  // case by quad() bits; triangles by case
     __shared__ __align__(16) unsigned char s_tri[256 * 16];  // a case's 15 triangle edges in 16 bytes
-    __shared__ unsigned char s_case[256], s_ntri[256], s_nq[256];  // case and triangles by quad() bits
-    const int tid = threadIdx.y * 32 + threadIdx.x, lane = threadIdx.x, w = threadIdx.y;
-    for (int q = tid; q < 256; q += 256) {
-        const int cs = case_of(q);
-        s_case[q] = (unsigned char)cs;
-        s_ntri[q] = ntri[q];
-        s_nq[q] = ntri[cs];
-    }
+    __shared__ int s_vid[12 * 256];  // vertex number per cube edge, per thread
+    __shared__ int s_next;
+    const int tid = threadIdx.y * 32 + threadIdx.x;
+    for (int q = tid; q < 256; q += 256) { s_case[q] = (unsigned char)case_of(q); s_ntri[q] = ntri[q]; }
     for (int q = tid; q < 256 * 16; q += 256)
         s_tri[q] = (q & 15) < 15 ? (unsigned char)tri[15 * (q >> 4) + (q & 15)] : 0;
-    if (tid < 12) {
-        const int eb0[12] = EDGE_I, eb1[12] = EDGE_J, eb2[12] = EDGE_K, ea[12] = EDGE_A;
-        s_edge[tid] = (unsigned char)(eb0[tid] | (eb1[tid] << 1) | (eb2[tid] << 2) | (ea[tid] << 3));
-    }
     __syncthreads();
-    unsigned* sm = s_m[w];
-    unsigned* sl = lists + ((long long)blockIdx.x * 8 + w) * lcap;  // this warp's list of cubes (phase A)
-    unsigned short* sp = s_p[w];
-    const int n = LIST ? units[0] : nall;
-    for (;;) {
-        int t = 0;
-        if (lane == 0) t = atomicAdd(ticket, 1);
-        t = __shfl_sync(FULL, t, 0);
-        if (t >= 3 * n) break;
-        __syncwarp();  // the previous tile's reads of sm, sp are done
-        const int place = t / 3, s = t - 3 * place;
-        const int u = LIST ? units[3 + place] : place;
-        int bx, by, c;
-        unit_of(u, b, bx, by, c);
-        const int j0 = b.lo1 + UROWS * bx + R * s, k0 = b.lo2 + TILE * by;
-        const int i0 = b.lo0 + c * b.chunk, i1 = min(i0 + b.chunk - 1, b.hi0);
-        const int k = k0 + lane;
-        const bool kin = k <= b.hi2, own = kin && lane < TILE;
-        const unsigned OWN = __ballot_sync(FULL, own), ALLV = __ballot_sync(FULL, kin);
-        const unsigned K2 = __ballot_sync(FULL, lane < 31 && k < b.hi2);
-        const int nrow = j0 <= b.hi1 ? min(NR, b.hi1 - j0 + 1) : 0;  // rows read that exist
-        const int ro = min(R, nrow);  // rows owned
-        const int nown = i1 - i0 + 1;  // planes owned
-        const int np = min(i1 + 2, b.hi0) - i0 + 1;  // planes read
-        const long long s0 = g.s0, s1 = g.s1;
-        int run = 0, nt = 0;  // the tile's vertices (uniform), this lane's triangles
-        unsigned long long busy = 0ull;  // planes with crossed edges or cubes
-        int nl = 0, ovf = MAXP;  // cubes listed in sl; the first plane whose cubes are not (the list was full)
-        float acc = 0.0f;
-        if (ro > 0) {
-            const T* p = v + i0 * s0 + j0 * s1 + (long long)k * g.s2;
-            auto phase_a = [&](auto full) {
-                constexpr bool F = decltype(full)::value;
-                const unsigned U = F ? FULL : ALLV;
-                Rows<T, NR> q;
-                unsigned Mp[NR], Mc[NR];
-                load_rows<F>(p, s1, nrow, kin, q);
-                for (int pl = 0; pl <= np; ++pl) {
-                    if (pl < np) {
-                        #pragma unroll
-                        for (int r = 0; r < NR; ++r) taint(q.x[r], acc);
-                        ballot_rows<F>(q, nrow, kin, level, levelf, Mc);
-                        if (pl + 1 < np) load_rows<F>(p + (pl + 1) * s0, s1, nrow, kin, q);
-                        unsigned mine = 0u;
-                        #pragma unroll
-                        for (int r = 0; r < NR; ++r)
-                            if (lane == r) mine = Mc[r];
-                        if (lane < NR) sm[lane * SPL + pl] = mine;
-                    } else {
-                        #pragma unroll
-                        for (int r = 0; r < NR; ++r) Mc[r] = Mp[r];  // no plane beyond the box
-                    }
-                    const int pp = pl - 1;  // plane counted: its vertices, its cubes
-                    if (pp >= 0 && pp < nown) {
-                        const bool xok = pl < np;
-                        const unsigned z = Mp[0] & U;
-                        unsigned d = 0u;
-                        #pragma unroll
-                        for (int r = 0; r <= R; ++r)
-                            if (F || r < nrow) d |= (Mp[r] ^ z) | (Mc[r] ^ z);
-                        int cnt[R];
-                        #pragma unroll
-                        for (int r = 0; r < R; ++r) cnt[r] = 0;
-                        if ((d & U) != 0u || (z != 0u && z != U)) {
-                            busy |= 1ull << pp;
-                            const int nl0 = nl;
+    const int lane = threadIdx.x;
+    const int m1 = b.hi1 - b.lo1 + 1, m2 = b.hi2 - b.lo2 + 1;
+    // A block takes a third of a unit's rows, the next block the next third (the same
+    // unit): the 8 warps each load rows j .. j + 2, so most of their loads hit in L1.
+    int round, calls = 0;
+    for (int u = next_work<LIST>(units, 2, 3, &s_next, round, calls); u >= 0;
+         u = next_work<LIST>(units, 2, 3, &s_next, round, calls)) {
+    int bx, by, c;
+    unit_of(u, b, bx, by, c);
+    {
+    const int r1 = UROWS * bx + 8 * round + threadIdx.y, j = b.lo1 + r1;
+    const int r2 = TILE * by + lane, k = b.lo2 + r2;
+    if (j > b.hi1 || k - lane > b.hi2) continue;
+    const bool kin = k <= b.hi2, own = kin && lane < TILE;
+    const int i0 = b.lo0 + c * b.chunk, i1 = min(i0 + b.chunk - 1, b.hi0);
+    const long long seg = ((long long)c * m1 + r1) * m2 + r2;
+    if (!__any_sync(FULL, own && (nvert[seg] | ntri_seg[seg]))) continue;
+    const int nrow = min(3, b.hi1 - j + 1);
+    const unsigned K2 = __ballot_sync(FULL, lane < 31 && k < b.hi2);
+    const bool cube_jk = own && j < b.hi1 && k < b.hi2;
+    // A segment's first vertex: its tile's (exclusive scan of the tile totals) plus its own
+    // within the tile (see mc_count).
+    auto first_vertex = [&](long long s, int cc, int rr1, int rr2) {
+        const long long tile = ((long long)cc * m1 + rr1) * ntk + rr2 / TILE;
+        return vti[tile] - vtile[tile] + vloc[s];
+    };
+    int cnt[4], t = 0;
+    #pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const int dj = r >> 1, dk = r & 1;
+        const long long s = seg + dj * m2 + dk;
+        cnt[r] = own && j + dj <= b.hi1 && k + dk <= b.hi2 ? first_vertex(s, c, r1 + dj, r2 + dk) : 0;
+    }
+    if (own) {
+        const long long tile = ((long long)c * m1 + r1) * ntk + r2 / TILE;
+        t = tti[tile] - ttile[tile] + tloc[seg];
+    }
+    const long long s0 = g.s0, s1 = g.s1;
+    const T* p = v + i0 * s0 + j * s1 + (long long)k * g.s2;
+    const int eb0[12] = EDGE_I, eb1[12] = EDGE_J, eb2[12] = EDGE_K, ea[12] = EDGE_A;
+    auto run = [&](auto full) {
+        constexpr bool F = decltype(full)::value;
+        const int nr = F ? 3 : nrow;
+        unsigned A[3], Bm[3] = {0u, 0u, 0u}, Cm[3] = {0u, 0u, 0u}, XP[2][3], XN[2][3];
+        Rows<T, 3> q0, q1, q2, q3, q4;  // q3, q4: planes i + 3, i + 4 in flight
+        // The first planes' loads all go out before any is waited for.
+        load_rows<F>(p, s1, nr, kin, q0);
+        if (i0 + 1 <= b.hi0) load_rows<F>(p + s0, s1, nr, kin, q1);
+        if (i0 + 2 <= b.hi0) load_rows<F>(p + 2 * s0, s1, nr, kin, q2);
+        if (i0 + 3 <= b.hi0 && i0 + 1 <= i1) load_rows<F>(p + 3 * s0, s1, nr, kin, q3);
+        if (i0 + 4 <= b.hi0 && i0 + 2 <= i1) load_rows<F>(p + 4 * s0, s1, nr, kin, q4);
+        ballot_rows<F>(q0, nr, kin, level, levelf, A);
+        if (i0 + 1 <= b.hi0) ballot_rows<F>(q1, nr, kin, level, levelf, Bm);
+        if (i0 + 2 <= b.hi0) ballot_rows<F>(q2, nr, kin, level, levelf, Cm);
+        crossings(A, Bm, i0 < b.hi0, nr, K2, XP);
+        auto step = [&](const int i, Rows<T, 3>& q) {
+            crossings(Bm, Cm, i + 1 < b.hi0, nr, K2, XN);
+            // Every edge of the lanes' cubes and of their points: plane i all axes, plane
+            // i + 1 along j and k (bits up to 30: lanes 0..29 and their k + 1 neighbours).
+            const unsigned any = XP[0][0] | XP[0][1] | XP[0][2] | XP[1][0] | XP[1][1] | XP[1][2] | XN[0][1]
+                               | XN[0][2] | XN[1][1] | XN[1][2];
+            if (any & 0x7FFFFFFFu) {
+                int B[4];
+                #pragma unroll
+                for (int r = 0; r < 4; ++r) B[r] = edge_bits(XP[r >> 1], (lane + (r & 1)) & 31);
+                if (own) {
+                    int n = cnt[0];
+                    #pragma unroll
+                    for (int a = 0; a < 3; ++a)
+                        if ((B[0] >> a) & 1) vedge[n++] = pack(i, j, k, a);
+                    if (cube_jk && i < b.hi0) {
+                        const int cs = s_case[quad(A[0], A[1], Bm[0], Bm[1], lane)];
+                        const int nt = s_ntri[cs];
+                        if (nt) {
+                            int Bn[4], nb[4];  // plane i + 1: crossed edges, first vertex in the four segments
                             #pragma unroll
-                            for (int r = 0; r < R; ++r) {
-                                if (!F && r >= ro) continue;
-                                const bool jn = F || r + 1 < nrow;
-                                const Cross x = cross(Mp[r], Mc[r], Mp[r + 1], xok, jn, K2);
-                                cnt[r] = __popc(x.x0 & OWN) + __popc(x.x1 & OWN) + __popc(x.x2 & OWN);
-                                int m = 0, qd = 0;
-                                if (xok && jn && ((K2 & OWN) >> lane) & 1u) {
-                                    qd = quad(Mp[r], Mp[r + 1], Mc[r], Mc[r + 1], lane);
-                                    m = s_nq[qd];
-                                }
-                                nt += m;
-                                // the cubes with triangles, listed plane by plane, row by row, lane by lane
-                                const unsigned has = __ballot_sync(FULL, m != 0);
-                                if (WALK && has && pp < ovf) {
-                                    if (nl + __popc(has) <= lcap) {
-                                        if (m) sl[nl + __popc(has & ((1u << lane) - 1u))] =
-                                            (unsigned)pp | (unsigned)(r << 6) | (unsigned)(lane << 9)
-                                            | ((unsigned)s_case[qd] << 14);
-                                        nl += __popc(has);
-                                    } else {
-                                        ovf = pp;  // this plane's cubes and the later ones: the row path
-                                        nl = nl0;
-                                    }
+                            for (int r = 0; r < 4; ++r) {
+                                Bn[r] = edge_bits(XN[r >> 1], (lane + (r & 1)) & 31);
+                                if (i == i1) {  // the next plane starts the next chunk's segments
+                                    const long long s = seg + (long long)m1 * m2 + (r >> 1) * m2 + (r & 1);
+                                    nb[r] = first_vertex(s, c + 1, r1 + (r >> 1), r2 + (r & 1));
+                                } else {
+                                    nb[r] = cnt[r] + __popc(B[r]);
                                 }
                             }
+                            #pragma unroll
+                            for (int e = 0; e < 12; ++e) {
+                                const int r = 2 * eb1[e] + eb2[e], below = (1 << ea[e]) - 1;
+                                s_vid[e * 256 + tid] = eb0[e] ? nb[r] + __popc(Bn[r] & below)
+                                                              : cnt[r] + __popc(B[r] & below);
+                            }
+                            const uint4 row = *reinterpret_cast<const uint4*>(s_tri + 16 * cs);
+                            const unsigned w[4] = {row.x, row.y, row.z, row.w};
+                            int* f = faces + 3 * (long long)t;
+                            #pragma unroll
+                            for (int e = 0; e < 15; ++e)
+                                if (e < 3 * nt) f[e] = s_vid[((w[e >> 2] >> (8 * (e & 3))) & 0xFFu) * 256 + tid];
+                            t += nt;
                         }
-                        int mine = run;
-                        #pragma unroll
-                        for (int r = 0; r < R; ++r) {
-                            if (lane == r) mine = run;
-                            run += cnt[r];
-                        }
-                        if (lane < R) sp[pp * R + lane] = (unsigned short)mine;
                     }
-                    #pragma unroll
-                    for (int r = 0; r < NR; ++r) Mp[r] = Mc[r];
                 }
-            };
-            if (nrow == NR && ALLV == FULL) phase_a(Bool<true>()); else phase_a(Bool<false>());
-        }
-        int ntt = nt;
-        #pragma unroll
-        for (int d = 16; d; d >>= 1) ntt += __shfl_xor_sync(FULL, ntt, d);
-        if (lane == 0) {
-            __threadfence();
-            atomicExch(status + t, status_word(ST_AGG, run, ntt));
-        }
-        long long ev, ef;
-        look_back(status, t, lane, ev, ef);
-        if (lane == 0) {
-            atomicExch(status + t, status_word(ST_INC, ev + run, ef + ntt));
-        }
-        const long long vb = lvl[0] + ev, fb = lvl[1] + ef;
-        const bool nan = __ballot_sync(FULL, acc != acc) != 0u;
-        if (lane == 0) {
-            vfirst[t] = (int)min(vb, 0x7FFFFFFFLL);
-            if (t == 3 * n - 1) { lvl[2] = vb + run; lvl[3] = fb + ntt; }
-            if (nan) atomicAdd(stats, 1ull);
-            if (run) atomicAdd(stats + 1, (unsigned long long)run);
-            if (ntt) atomicAdd(stats + 2, (unsigned long long)ntt);
-        }
-        if (!WALK || (run == 0 && ntt == 0)) continue;
-        __syncwarp();
-        for (int x = lane; x < nown * R; x += 32) pre[(long long)t * (MAXP * R) + x] = sp[x];
-        // Vertices, one per lane, written in order: the (plane, row) by bisection of sp, the
-        // point by bisection of the vertices of the lanes below, then the axis.
-        const int ne = nown * R;
-        for (int vn = lane; vn < run; vn += 32) {
-            int e = 0;
-            #pragma unroll
-            for (int step = 256; step; step >>= 1)
-                if (e + step < ne && sp[e + step] <= vn) e += step;
-            const int pl = e / R, r = e - R * pl, i = i0 + pl;
-            const unsigned* q = sm + r * SPL + pl;
-            const Cross x = cross(q[0], i < b.hi0 ? q[1] : q[0], q[SPL], i < b.hi0, r + 1 < nrow, K2);
-            int wv = vn - sp[e], l = 0;
-            #pragma unroll
-            for (int step = 16; step; step >>= 1)
-                if (below(x, OWN, l + step) <= wv) l += step;
-            wv -= below(x, OWN, l);
-            int bits = axes(x, l);
-            for (int n2 = 0; n2 < wv; ++n2) bits &= bits - 1;
-            if (vb + vn < vcap) vedge[vb + vn] = pack(i, j0 + r, k0 + l, __ffs(bits) - 1);
-        }
-        // Faces: the listed cubes one per lane, then cube rows of the planes the list could not hold.
-        long long frun = fb;  // the next face of the tile
-        // The number (or the code, see FWD_*) of the vertex on cube edge `edge` of cube (i0 + pl,
-        // j0 + r, k0 + l), from the crossings of rows r, r + 1 at planes i, i + 1.
-        auto emit = [&](int m, int cs, int pl, int r, int l) {
-            int sc = m;
-            #pragma unroll
-            for (int d = 1; d < 32; d <<= 1) {
-                const int o = __shfl_up_sync(FULL, sc, d);
-                if (lane >= d) sc += o;
+                #pragma unroll
+                for (int r = 0; r < 4; ++r) cnt[r] += __popc(B[r]);
             }
-            const int tot = __shfl_sync(FULL, sc, 31);
-            const long long f0 = frun + sc - m;
-            int fxmask = 0;
-            if (m) {
-                const int i = i0 + pl;
-                const bool xok1 = i + 1 < b.hi0, last = pl + 1 == nown;
-                const bool jn2 = r + 2 < nrow;
-                const unsigned* q = sm + r * SPL + pl;
-                const int o2 = xok1 ? 2 : 1;
-                const Cross xa0 = cross(q[0], q[1], q[SPL], true, true, K2);
-                const Cross xa1 = cross(q[SPL], q[SPL + 1], q[2 * SPL], true, jn2, K2);
-                const Cross xb0 = cross(q[1], q[o2], q[SPL + 1], xok1, true, K2);
-                const Cross xb1 = cross(q[SPL + 1], q[SPL + o2], q[2 * SPL + 1], xok1, jn2, K2);
-                auto vid = [&](int edge) -> int {
-                    const int pe = s_edge[edge], dp = pe & 1, dr = (pe >> 1) & 1, dl = (pe >> 2) & 1, a = pe >> 3;
-                    const Cross x = dp ? (dr ? xb1 : xb0) : (dr ? xa1 : xa0);
-                    const int ll = l + dl, rr = r + dr, pq = pl + dp;
-                    const bool fr = rr == R, fk = ll == TILE, fc = dp && last;
-                    const int rank = (fk ? 0 : below(x, OWN, ll)) + __popc(axes(x, ll) & ((1 << a) - 1));
-                    if (!(fr || fk || fc)) return (int)(vb + sp[pq * R + rr] + rank);
-                    return -1 - ((fr ? FWD_ROW : 0) | (fk ? FWD_K : 0) | (fc ? FWD_CHUNK : 0)
-                                 | ((fc ? 0 : pq) << 3) | ((fr ? 0 : rr) << 9) | (rank << 13));
-                };
-                const unsigned char* row = s_tri + 16 * cs;
-                int* f = faces + 3 * f0;
-                for (int e = 0; e < 3 * m; ++e) {
-                    const int x = vid(row[e]);
-                    if (f0 + e / 3 < fcap) f[e] = x;
-                    if (x < 0) fxmask |= 1 << (e / 3);
-                }
-            }
-            frun += tot;
-            const int nfx = __popc(fxmask);
-            if (!__any_sync(FULL, nfx)) return;
-            // the faces mc_fix completes, listed warp by warp
-            int fs = nfx;
             #pragma unroll
-            for (int d = 1; d < 32; d <<= 1) {
-                const int o = __shfl_up_sync(FULL, fs, d);
-                if (lane >= d) fs += o;
-            }
-            const int fxtot = __shfl_sync(FULL, fs, 31);
-            unsigned long long base = 0ull;
-            if (lane == 31) base = atomicAdd(stats + 3, (unsigned long long)fxtot);
-            base = __shfl_sync(FULL, base, 31) + (unsigned long long)(fs - nfx);
-            for (int x = fxmask; x; x &= x - 1) {
-                if (base < (unsigned long long)fixcap) fix[base] = make_int2((int)(f0 + __ffs(x) - 1), t);
-                ++base;
-            }
+            for (int r = 0; r < 3; ++r) { A[r] = Bm[r]; Bm[r] = Cm[r]; Cm[r] = 0u; }
+            #pragma unroll
+            for (int dj = 0; dj < 2; ++dj)
+                #pragma unroll
+                for (int a = 0; a < 3; ++a) XP[dj][a] = XN[dj][a];
+            // q: plane i + 3, then i + 5 (q3 and q4 alternate)
+            if (i + 3 <= b.hi0 && i < i1) ballot_rows<F>(q, nr, kin, level, levelf, Cm);
+            if (i + 5 <= b.hi0 && i + 3 <= i1) load_rows<F>(p + 5 * s0, s1, nr, kin, q);
+            p += s0;
         };
-        for (int c0 = 0; c0 < nl; c0 += 32) {
-            const unsigned en = c0 + lane < nl ? sl[c0 + lane] : 0u;
-            const int cs = en >> 14;
-            emit(c0 + lane < nl ? s_ntri[cs] : 0, cs, en & 63, (en >> 6) & 7, (en >> 9) & 31);
+        for (int i = i0; i <= i1; i += 2) {
+            step(i, q3);
+            if (i + 1 > i1) break;
+            step(i + 1, q4);
         }
-        for (unsigned long long bz = ovf < MAXP ? busy >> ovf << ovf : 0ull; bz; bz &= bz - 1ull) {
-            const int pl = __ffsll((long long)bz) - 1;
-            const bool xok = i0 + pl < b.hi0;
-            for (int r = 0; r < ro; ++r) {
-                const unsigned* q = sm + r * SPL + pl;
-                const bool cube = own && xok && r + 1 < nrow && k < b.hi2;
-                const int cs = cube ? s_case[quad(q[0], q[SPL], q[1], q[SPL + 1], lane)] : 0;
-                emit(cube ? s_ntri[cs] : 0, cs, pl, r, lane);
-            }
-        }
+    };
+    if (nrow == 3 && k - lane + 31 <= b.hi2) run(Bool<true>()); else run(Bool<false>());
     }
-}
-
-// Completes the faces mc_tiles left with a later tile's vertex (see FWD_*): that tile's
-// first vertex, the first of the plane and row within it, and the rank there.
-__global__ void mc_fix(int* __restrict__ faces, const int2* __restrict__ fix, const unsigned long long* stats,
-                       const long long fixcap, const int* __restrict__ units, const int* __restrict__ pos,
-                       const Box b, const int* __restrict__ vfirst, const unsigned short* __restrict__ pre) {
-    const long long n = min((long long)stats[3], fixcap);
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n;
-         e += (long long)gridDim.x * blockDim.x) {
-        const int2 en = fix[e];
-        const int t = en.y, place = t / 3, s = t - 3 * place;
-        const int u = pos ? units[3 + place] : place;
-        int bx, by, c;
-        unit_of(u, b, bx, by, c);
-        #pragma unroll
-        for (int x = 0; x < 3; ++x) {
-            const int val = faces[3 * (long long)en.x + x];
-            if (val >= 0) continue;
-            const int code = -1 - val, fl = code & 7;
-            const int pq = (code >> 3) & 63, rr = (code >> 9) & 15, rank = code >> 13;
-            const bool fr = fl & FWD_ROW;
-            const int bx2 = bx + (fr && s == 2), s2 = fr ? (s + 1) %% 3 : s;
-            const int by2 = by + ((fl & FWD_K) != 0), c2 = c + ((fl & FWD_CHUNK) != 0);
-            const int u2 = (c2 * b.nby + by2) * b.nbx + bx2;
-            const int tt = 3 * (pos ? pos[u2] : u2) + s2;
-            faces[3 * (long long)en.x + x] = vfirst[tt] + pre[(long long)tt * (MAXP * R) + pq * R + rr] + rank;
-        }
     }
-}
-
-// The listed units of a level in order (units[3 ..]; units[0] their number) and each
-// unit's place in the list (pos), from select()'s active flags and their inclusive scan.
-__global__ void mc_order(const unsigned char* __restrict__ active, const int* __restrict__ scan, const int n,
-                         int* __restrict__ units, int* __restrict__ pos) {
-    const int u = blockIdx.x * blockDim.x + threadIdx.x;
-    if (u >= n) return;
-    pos[u] = scan[u] - 1;
-    if (active[u]) units[3 + scan[u] - 1] = u;
-    if (u == n - 1) units[0] = scan[u];
 }
 
 // np.gradient (unit spacing) along one axis at sample c (index x of the samples lo .. hi
@@ -548,7 +505,7 @@ __device__ __forceinline__ double grad1(const T* c, long long s, int x, int lo, 
 struct Out {
     double sp[3], isp[3], org[3];  // isp = 1 / sp
     long long off[3], dims[3], keybase;
-    float* verts; float* normals; float* vout; long long* keys;
+    float* verts; int* faces; float* normals; float* vout; long long* keys;
     const void* vals; int vals_f32; Vol vg;  // the sampled field: float32 or float64, read as it is
 };
 
@@ -603,13 +560,10 @@ def supported(dtype) -> bool:
     return np.dtype(dtype) in _TYPES
 
 
-# Blocks per SM the kernels are compiled for (registers per thread follow): the tile pass
-# (its shared memory allows four) and the vertex kernel (measured on an H200 at 1024^3).
-_MINB = {"tiles": "4", "vertex": "4"}
-CHUNK = 64  # planes per chunk (MAXP in the kernels)
-_ROWS = 8  # rows per tile (R)
-_PRE = CHUNK * _ROWS  # per tile: first vertex of each (plane, row)
-_LCAP = 4096  # cubes with triangles a warp lists per tile (a quarter of them)
+# Template arguments, measured on an H200 at 1024^3 (docs/BENCHMARKS.md): rows per warp
+# and blocks per SM in pass 1 (more blocks beat the few registers they spill), blocks
+# per SM in the walk and the vertex kernel.
+_KERNELS = {"count": "3, 5", "walk": "3", "vertex": "4"}
 
 
 @functools.cache
@@ -622,33 +576,30 @@ def _module(ctype: str):
     subst.update({f"e{a}": ", ".join(str(int(x)) for x in EDGE_BASE[:, a]) for a in range(3)})
     subst["ea"] = ", ".join(str(int(x)) for x in EDGE_AXIS)
     subst["tile"] = _TILE
-    names = [f"mc_tiles<{ctype}, {listed}, {walk}, {_MINB['tiles']}>" for listed in ("true", "false")
-             for walk in ("true", "false")]
-    names += [f"mc_vertex<{ctype}, {_MINB['vertex']}>", "mc_units", "mc_order", "mc_fix"]
+    names = [f"mc_{kind}<{ctype}, {args}{listed}>" for kind, args in _KERNELS.items()
+             for listed in ((", true", ", false") if kind != "vertex" else ("",))]
+    names += ["mc_units", "mc_list"]
     compiling(_log, f"the marching cubes kernels (mc_*) for {ctype}", cupy_cache_dir())
     return cupy.RawModule(code=_SOURCE % subst, options=("-std=c++14", "-default-device"),
                           name_expressions=names)
 
 
 @functools.cache
-def _kernel(kind: str, dtype=None, listed: bool = False, walk: bool = False):
+def _kernel(kind: str, dtype=None, listed: bool | None = None):
     if dtype is None:
         return _module("float").get_function(f"mc_{kind}")
     ctype = _TYPES[np.dtype(dtype)]
-    if kind == "tiles":
-        name = f"mc_tiles<{ctype}, {str(listed).lower()}, {str(walk).lower()}, {_MINB['tiles']}>"
-    else:
-        name = f"mc_{kind}<{ctype}, {_MINB[kind]}>"
-    return _module(ctype).get_function(name)
+    tail = "" if listed is None else (", true" if listed else ", false")
+    return _module(ctype).get_function(f"mc_{kind}<{ctype}, {_KERNELS[kind]}{tail}>")
 
 
 @functools.cache
-def _blocks_per_launch(device: int) -> int:
-    """Blocks of the tile pass's launch (their warps take tiles until none is left): more
-    than the GPU keeps resident, so every SM stays full whatever occupancy registers allow."""
+def _blocks_per_launch(kind: str, device: int) -> int:
+    """Blocks of a pass's launch (they take units until none is left): more than the GPU
+    keeps resident, so every SM stays full whatever the occupancy the registers allow."""
     import cupy
 
-    return 8 * int(cupy.cuda.Device(device).attributes["MultiProcessorCount"])
+    return 32 * int(cupy.cuda.Device(device).attributes["MultiProcessorCount"])
 
 
 @functools.cache
@@ -668,7 +619,7 @@ _BOX = [(n, "i4") for n in ("lo0", "lo1", "lo2", "hi0", "hi1", "hi2", "chunk", "
 
 
 _OUT = [("sp", "3f8"), ("isp", "3f8"), ("org", "3f8"), ("off", "3i8"), ("dims", "3i8"), ("keybase", "i8"),
-        ("verts", "u8"), ("normals", "u8"), ("vout", "u8"), ("keys", "u8"), ("vals", "u8"),
+        ("verts", "u8"), ("faces", "u8"), ("normals", "u8"), ("vout", "u8"), ("keys", "u8"), ("vals", "u8"),
         ("vals_f32", "i4"), ("vg", _record(tuple(_VOL)))]
 
 
@@ -699,103 +650,82 @@ def _levelf(level: float) -> np.float32:
     return np.nextafter(f, np.float32(-np.inf)) if float(f) > level else f
 
 
-_TILE = 30  # points k a tile owns (lanes 30, 31 lend samples)
-_UROWS = 24  # rows j per unit: three tiles
+_TILE = 30  # segments along k per tile of the two-level scan: the points a warp owns
+_UROWS = 24  # rows j per unit: 8 warps of 3 rows in pass 1
+assert 8 * int(_KERNELS["count"].split(",")[0]) == _UROWS
 
 
 def unit_grid(lo, hi, chunk) -> tuple[int, int, int]:
-    """Units of the box along (chunks, rows j, points k): what the tile pass visits or skips."""
+    """Units of the box along (chunks, rows j, points k): what both passes visit or skip."""
     m = [h - l + 1 for l, h in zip(lo, hi)]
     return (m[0] - 1) // chunk + 1, -(-m[1] // _UROWS), -(-m[2] // _TILE)
 
 
-def select(ranges, level, lo, hi, chunk, active, units, pos) -> None:
-    """The units the tile pass visits at `level`, from the volume's TileRanges, in order:
-    `active` (uint8, one per unit) scratch, `units` (int32, 3 + units) gets their number
-    and the list, `pos` (int32, one per unit) each listed unit's place in it."""
-    import cupy
-
+def select(ranges, level, lo, hi, chunk, active, units) -> None:
+    """The units the passes visit at `level`, from the volume's TileRanges: `active` (uint8,
+    one per unit) scratch, `units` (int32, 3 + units, zeroed) gets their number, the
+    passes' counters and the list (see mc_list)."""
     n = int(np.prod(unit_grid(lo, hi, chunk)))
     box = _box(tuple(lo), tuple(hi), chunk)
     rng = ranges.values
     blocks = (-(-n // 256),)
     _kernel("units")(blocks, (256,), (rng, *(np.int32(x) for x in ranges.span), np.int32(rng.shape[1]),
                                       np.int32(rng.shape[2]), box, np.float64(level), np.int32(n), active))
-    scan = cupy.cumsum(active, dtype=cupy.int32)
-    _kernel("order")(blocks, (256,), (active, scan, np.int32(n), units, pos))
+    _kernel("list")(blocks, (256,), (active, box, np.int32(n), units))
 
 
-class Tiles:
-    """Scratch of the tile pass over a box, kept across levels and runs of one call."""
-
-    def __init__(self, lo, hi, nlevels: int, listed: bool, walk: bool, grid: int):
-        import cupy
-
-        self.lo, self.hi = tuple(lo), tuple(hi)
-        self.nunits = int(np.prod(unit_grid(lo, hi, CHUNK)))
-        ntick = 3 * self.nunits
-        self.status = cupy.empty(ntick, cupy.uint64)
-        self.vfirst = cupy.empty(ntick, cupy.int32)
-        self.pre = cupy.empty((ntick if walk else 1, _PRE), cupy.uint16)
-        self.ticket = cupy.zeros(nlevels, cupy.int32)
-        self.lvl = cupy.zeros((nlevels + 1, 2), cupy.int64)  # first vertex and face of each level, then the end
-        self.stats = cupy.zeros((nlevels, 4), cupy.uint64)  # per level: non-finite, vertices, faces, to fix
-        self.units = self.pos = self.active = None
-        # per warp of the launch, its list of a tile's cubes with triangles (more: row by row)
-        self.lists = cupy.empty((grid * 8 * _LCAP) if walk else 1, cupy.uint32)
-        if listed:
-            self.units = cupy.zeros((nlevels, 3 + self.nunits), cupy.int32)
-            self.pos = cupy.empty((nlevels, self.nunits), cupy.int32)
-            self.active = cupy.empty(self.nunits, cupy.uint8)
+def tile_count(lo, hi, chunk) -> int:
+    """Tiles of the box: (chunks x rows) x tiles per row."""
+    m = [h - l + 1 for l, h in zip(lo, hi)]
+    return ((m[0] - 1) // chunk + 1) * m[1] * -(-m[2] // _TILE)
 
 
-def tiles(vol, ext, levels, lo, hi, tables, ranges, faces, vedge, fix, walk: bool) -> Tiles:
-    """Count (and with `walk` write) the mesh of the box ``lo..hi`` for each level in order:
-    faces (int32 (F, 3), global vertex numbers) and each vertex's packed edge (`vedge`,
-    int64) for mc_vertex; `fix` (int32 (N, 2)) scratch for faces that take a later tile's
-    vertex. Writes past the buffers are dropped: check ``Tiles.stats`` (per level: warps
-    that met NaN or inf, vertices, faces, faces to fix) against their lengths. Returns
-    the scratch, whose ``lvl`` holds each level's first vertex and face."""
+def _launch(kind: str, vol, lo, hi, chunk, listed: bool) -> tuple:
+    """Grid and block of a pass: a block per piece of work over every unit, or (`listed`)
+    blocks that take the listed units until none is left."""
+    n = int(np.prod(unit_grid(lo, hi, chunk))) * (3 if kind == "walk" else 1)
+    return (min(n, _blocks_per_launch(kind, vol.device.id)) if listed else n,), (32, 8)
+
+
+def count(vol, ext, level, lo, hi, chunk, tables, nvert_out, ntri_out, vloc, tloc, vtile, ttile, stats,
+          units, listed: bool) -> None:
+    """Pass 1 (see _cpu.count) over the units listed by select() and the first level of
+    the scan: per segment its counts and its first vertex and face within its tile
+    (`vloc`, `tloc`), per tile its totals (`vtile`, `ttile`, zeroed by the caller; see
+    tile_count). Adds to the device uint64 `stats`: [0] the number of warps that met a
+    non-finite sample, [1] vertices, [2] triangles (totals in 64 bits, so int32 scans can
+    be trusted when these fit int32). `listed`: units from select(), else every unit (a
+    list 0, 1, ... of them all)."""
+    grid, block = _launch("count", vol, lo, hi, chunk, listed)
+    box = _box(tuple(lo), tuple(hi), chunk)
+    _kernel("count", vol.dtype, listed)(grid, block, (vol, _vol(vol, ext), box, np.float64(level), _levelf(level),
+                                                      tables[0], nvert_out, ntri_out, vloc, tloc, vtile, ttile, stats,
+                                                      units))
+
+
+def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, starts, vstart, vcount, tables, geo,
+             offset, vals, keys, dims, keybase, verts, faces, normals, vout, vedge, units, listed: bool) -> None:
+    """Pass 2 (see _cpu.generate) for one level: faces and vertex edges per segment, then
+    vertices ``vstart .. vstart + vcount - 1`` one per thread. `starts`: count()'s vloc,
+    tloc, vtile, ttile and the inclusive int32 scans of vtile and ttile (global
+    numbering); `vals`, `keys`, `vout` may be None; `vedge`: int64 scratch, one per
+    vertex."""
     if max(h - l for l, h in zip(lo, hi)) >= 2**20:
         raise ValueError(f"marching_cubes: box {lo}..{hi} is too long for the GPU path (2^20 samples per axis)")
-    listed = ranges is not None
-    nunits = int(np.prod(unit_grid(lo, hi, CHUNK)))
-    grid = (max(1, min(-(-3 * nunits // 8), _blocks_per_launch(vol.device.id))),)
-    sc = Tiles(lo, hi, len(levels), listed, walk, grid[0])
-    box = _box(tuple(lo), tuple(hi), CHUNK)
-    g = _vol(vol, ext)
-    kern = _kernel("tiles", vol.dtype, listed, walk)
-    fix_k = _kernel("fix")
-    null = np.uintp(0)
-    for n, lev in enumerate(levels):
-        sc.status.fill(0)
-        sc.lvl[n + 1] = sc.lvl[n]  # a level with no tile ends where it starts
-        units = pos = null
-        if listed:
-            units, pos = sc.units[n], sc.pos[n]
-            select(ranges, lev, lo, hi, CHUNK, sc.active, units, pos)
-        kern(grid, (32, 8), (vol, g, box, np.float64(lev), _levelf(lev), tables[0], tables[1],
-                             units, np.int32(sc.nunits), sc.ticket[n:], sc.status,
-                             sc.vfirst, sc.pre, sc.lvl[n], faces, vedge, np.int64(len(faces)), np.int64(len(vedge)),
-                             fix, np.int64(len(fix)), sc.stats[n], sc.lists, np.int32(_LCAP if walk else 0)))
-        if walk:
-            fix_k((min(-(-len(fix) // 256), 4096) or 1,), (256,),
-                  (faces, fix, sc.stats[n], np.int64(len(fix)), units if listed else null, pos, box, sc.vfirst,
-                   sc.pre))
-    return sc
-
-
-def vertices(vol, ext, level, vstart, vcount, geo, offset, vals, keys, dims, keybase, verts, normals, vout,
-             vedge) -> None:
-    """Vertices ``vstart .. vstart + vcount - 1`` of one level from their packed edges, one
-    per thread: positions, normals (and sampled values, global keys: None to skip)."""
-    if vcount == 0:
+    if vcount == 0:  # nothing crossed at this level: no faces either
         return
+    box = _box(tuple(lo), tuple(hi), chunk)
     g = _vol(vol, ext)
+    grid, block = _launch("walk", vol, lo, hi, chunk, listed)
+    ntk = unit_grid(lo, hi, chunk)[2]
+    _kernel("walk", vol.dtype, listed)(grid, block, (vol, g, box, np.float64(level), _levelf(level), nvert,
+                                                     ntri_seg, *starts, np.int32(ntk), tables[0], tables[1], faces,
+                                                     vedge, units))
     ptr = lambda a: 0 if a is None else a.data.ptr  # noqa: E731
     vg = _vol(vals, ext) if vals is not None else np.zeros((), _record(tuple(_VOL)))
-    o = _struct(_OUT, [geo[:3], 1.0 / geo[:3], geo[3:], offset, dims, keybase, ptr(verts), ptr(normals), ptr(vout),
-                       ptr(keys), ptr(vals), int(vals is not None and vals.dtype == np.float32), vg])
+    o = _struct(_OUT, [geo[:3], 1.0 / geo[:3], geo[3:], offset, dims, keybase, ptr(verts), ptr(faces),
+                             ptr(normals), ptr(vout), ptr(keys), ptr(vals),
+                             int(vals is not None and vals.dtype == np.float32), vg])
     blocks = min(-(-vcount // 256), 2**31 - 1)
     _kernel("vertex", vol.dtype)((blocks,), (256,), (vol, g, np.float64(level), vedge, np.int64(vstart),
                                                      np.int64(vcount), o))

@@ -229,9 +229,8 @@ def parts(sizes, reps=7):
     launch, summarize = _gpu._kernel, ranges._gpu_ranges
     times = collections.defaultdict(list)
 
-    def timed(kind, dtype=None, listed=False, walk=False):
-        f = launch(kind, dtype, listed, walk)
-        kind = kind if kind != "tiles" or walk else "count"
+    def timed(kind, dtype=None, listed=None):
+        f = launch(kind, dtype, listed)
 
         def run(*args):
             a, b = cp.cuda.Event(), cp.cuda.Event()
@@ -271,7 +270,7 @@ def parts(sizes, reps=7):
         print(rows[-1], flush=True)
         del vol
         cp.get_default_memory_pool().free_all_blocks()
-    kinds = ["ranges", "units", "order", "count", "tiles", "fix", "vertex", "whole call"]
+    kinds = ["ranges", "units", "list", "count", "walk", "vertex", "whole call"]
     out = ["### Marching cubes, GPU: time per kernel, Mandelbulb volume, float32, level 11", "",
            f"Device: {dev}; date {datetime.date.today()}; commit {commit()}; command "
            f"`python tests/gpu/bench_contour.py --parts {' '.join(map(str, sizes))}`. Median of {reps}; each "
