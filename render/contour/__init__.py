@@ -94,26 +94,22 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     m = [h - l + 1 for l, h in zip(lo, hi)]
     chunk = chunk_planes(m[0])
     nseg = ((m[0] - 1) // chunk + 1) * m[1] * m[2]
-    cshape = (2, len(levels), nseg)  # pass 1 writes every segment (on the host: kept scratch, see _cpu.ScratchPool)
-    counts = xp.empty(cshape, xp.int32) if gpu else _cpu.scratch.take(cshape, np.int32)
+    cshape = (2, len(levels), nseg)  # pass 1 writes every segment (kept scratch, see _cpu.ScratchPool, _gpu.Scratch)
+    if not gpu:
+        counts = _cpu.scratch.take(cshape, np.int32)
     lo_a, hi_a = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
     if gpu and vals is not None and vals.dtype not in (xp.float32, xp.float64):
         vals = vals.astype(xp.float64)  # the CUDA kernel samples float32 and float64 as they are
     ext = np.asarray(ext if ext is not None else (0, 0, 0, *(n - 1 for n in vol.shape)), np.int64)
     if gpu:  # per segment its start within its tile, per tile its totals (see _gpu.count)
         ntiles = _gpu.tile_count(lo, hi, chunk)
-        local = xp.empty((2, len(levels), nseg), xp.int32)
-        tiles = xp.zeros((2, len(levels), ntiles), xp.int32)  # tiles of units not visited hold nothing
-        nunits = int(np.prod(_gpu.unit_grid(lo, hi, chunk)))
-        units = xp.zeros((len(levels), 3 + nunits), xp.int32)  # per level: how many, which (see _gpu.select)
-        if ranges is None:  # every unit, a block each (a pass computing ranges costs a read; see marching_cubes)
-            units[:, 0] = nunits
-        else:
-            active = xp.empty(nunits, xp.uint8)
+        sc = _gpu.Scratch.get(len(levels), nseg, ntiles, int(np.prod(_gpu.unit_grid(lo, hi, chunk))),
+                              ranges is not None)
+        counts, local, tiles, units, active, bad = sc.counts, sc.local, sc.tiles, sc.units, sc.active, sc.bad
     else:  # per segment its start within its task, per task its totals (see _cpu.count)
         ntasks = _cpu.tasks(lo, hi, chunk)
         tasks = np.empty((2, len(levels), ntasks), np.int64)
-    bad = xp.zeros(3, xp.uint64) if gpu else 0  # GPU: non-finite flag, vertex and triangle totals
+        bad = 0
     for n, lev in enumerate(levels):
         if gpu:
             if ranges is not None:
@@ -147,14 +143,15 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     if out is not None:
         _check_out(specs, out)
         mesh = [b[:shape[0]] for (_, shape), b in zip(specs, out)]
-    else:
+        mesh += [None] * (4 - len(mesh)) + [xp.empty(nv, xp.int64) if dims is not None else None]
+    else:  # one allocation: the host's allocator maps, the device's pool looks up, once
         want = specs[:3 + (vals is not None)]
-        mesh = [xp.empty(shape, dt) for dt, shape in want] if gpu else _cpu.mesh_arrays(want)
-    mesh += [None] * (4 - len(mesh)) + [xp.empty(nv, xp.int64) if dims is not None else None]
+        arrs = (_gpu.mesh_arrays if gpu else _cpu.mesh_arrays)(want + [(np.int64, (nv,))] * (dims is not None))
+        mesh = arrs[:len(want)] + [None] * (4 - len(want)) + [arrs[-1] if dims is not None else None]
     geo = np.array([*spacing, *origin], np.float64)
     kdims = np.asarray(dims if dims is not None else (1, 1, 1), np.int64)
     per_level = 3 * int(np.prod(kdims))
-    vedge = xp.empty(nv, xp.int64) if gpu else None
+    vedge = sc.edges(nv) if gpu else None
     for n, lev in enumerate(levels):
         if gpu:
             vstart = vend[n - 1] if n else 0

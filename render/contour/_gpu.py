@@ -661,6 +661,76 @@ def unit_grid(lo, hi, chunk) -> tuple[int, int, int]:
     return (m[0] - 1) // chunk + 1, -(-m[1] // _UROWS), -(-m[2] // _TILE)
 
 
+class Scratch:
+    """The passes' scratch for one geometry, kept across calls (in-situ calls repeat the
+    geometry): allocating and zeroing it per call left the GPU idle while the host did
+    it. One allocation; per call one memset of the parts that must start at zero. Kept per
+    device, stream and thread (launches from two threads would interleave), the last few."""
+
+    _kept: dict[tuple, "Scratch"] = {}
+    KEEP = 2
+
+    @classmethod
+    def get(cls, nlevels: int, nseg: int, ntiles: int, nunits: int, listed: bool) -> "Scratch":
+        """The scratch for this geometry on the current device, stream and thread, zeroed where it must be."""
+        import threading
+
+        import cupy
+
+        key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, threading.get_ident(), nlevels, nseg,
+               ntiles, nunits, listed)
+        sc = cls._kept.pop(key, None) or cls(nlevels, nseg, ntiles, nunits, listed)
+        cls._kept[key] = sc  # the most recent last
+        while len(cls._kept) > cls.KEEP:
+            cls._kept.pop(next(iter(cls._kept)))
+        sc.zero()
+        return sc
+
+    def __init__(self, nlevels: int, nseg: int, ntiles: int, nunits: int, listed: bool):
+        import cupy
+
+        parts = [("counts", np.int32, (2, nlevels, nseg)), ("local", np.int32, (2, nlevels, nseg)),
+                 # from here to the end of `units` (listed) or of `bad`: zeroed per call
+                 ("tiles", np.int32, (2, nlevels, ntiles)),  # tiles of units not visited hold nothing
+                 ("bad", np.uint64, (3,)),  # non-finite flag, vertex and triangle totals
+                 ("units", np.int32, (nlevels, 3 + nunits)),  # per level: how many, which (see select)
+                 ("active", np.uint8, (nunits,))]
+        sizes = [int(np.prod(shape)) * np.dtype(dt).itemsize for _, dt, shape in parts]
+        starts = np.cumsum([0] + [-(-n // 256) * 256 for n in sizes])
+        self._block = cupy.empty(int(starts[-1]), cupy.uint8)
+        for (name, dt, shape), a, n in zip(parts, starts, sizes):
+            setattr(self, name, self._block[a:a + n].view(dt).reshape(shape))
+        end = 5 if listed else 4  # every unit, a block each: the counts of `units` set once (the passes read them)
+        self._zero = (int(starts[2]), int(starts[end - 1] + sizes[end - 1] - starts[2]))
+        if not listed:
+            self.units[:, 0] = nunits
+        self.vedge = cupy.empty(0, cupy.int64)
+
+    def zero(self) -> None:
+        import cupy
+
+        at, n = self._zero
+        cupy.cuda.runtime.memsetAsync(self._block.data.ptr + at, 0, n, cupy.cuda.get_current_stream().ptr)
+
+    def edges(self, nv: int):
+        """Room for `nv` packed vertex edges (grown by a quarter when short)."""
+        import cupy
+
+        if len(self.vedge) < nv:
+            self.vedge = cupy.empty(max(nv, len(self.vedge) * 5 // 4), cupy.int64)
+        return self.vedge
+
+
+def mesh_arrays(specs) -> list:
+    """New device arrays of (dtype, shape) `specs`, views of one allocation."""
+    import cupy
+
+    sizes = [int(np.prod(shape)) * np.dtype(dt).itemsize for dt, shape in specs]
+    starts = np.cumsum([0] + [-(-n // 256) * 256 for n in sizes])
+    block = cupy.empty(int(starts[-1]), cupy.uint8)
+    return [block[a:a + n].view(dt).reshape(shape) for (dt, shape), a, n in zip(specs, starts, sizes)]
+
+
 def select(ranges, level, lo, hi, chunk, active, units) -> None:
     """The units the passes visit at `level`, from the volume's TileRanges: `active` (uint8,
     one per unit) scratch, `units` (int32, 3 + units, zeroed) gets their number, the
