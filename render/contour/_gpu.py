@@ -665,7 +665,7 @@ class Scratch:
     """The passes' scratch for one geometry, kept across calls (in-situ calls repeat the
     geometry): allocating and zeroing it per call left the GPU idle while the host did
     it. One allocation; per call one memset of the parts that must start at zero. Kept per
-    device, stream and thread (launches from two threads would interleave), the last few."""
+    device, stream and thread (launches from two threads would interleave), the last two."""
 
     _kept: dict[tuple, "Scratch"] = {}
     KEEP = 2
