@@ -36,7 +36,7 @@ $(STAMP): pyproject.toml
 test: system venv catalyst conduit
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV_PATH) $(CATALYST_ENV) $(CONDUIT_ENV) $(VPY) -m pytest -q
+	$(VENV_PATH) $(CATALYST_ENV) $(CONDUIT_ENV) $(VPY) -m pytest -q --durations=25
 	$(MAKE) --no-print-directory test-openmpi
 
 # A system MPI as HPC sites have it (issue 27): Debian's Open MPI (scripts/ensure-system.sh installs
