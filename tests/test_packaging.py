@@ -143,7 +143,8 @@ def test_make_test_checks_the_core_install_against_debians_open_mpi():
                        cwd=ROOT, timeout=60)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    tail = lines[next(i for i, s in enumerate(lines) if s.endswith("-m pytest -q")) + 1:]  # after the main suite
+    main = next(i for i, s in enumerate(lines) if re.search(r"-m pytest -q( --durations=\d+)?$", s))
+    tail = lines[main + 1:]  # after the main suite
     assert tail[0].endswith("test-openmpi")
     build = [s for s in tail if "-m pip install" in s]
     assert len(build) == 3 and re.search(r"\bMPICC=mpicc\.openmpi\b.*--no-binary mpi4py mpi4py$", build[0])
