@@ -94,9 +94,6 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     m = [h - l + 1 for l, h in zip(lo, hi)]
     chunk = chunk_planes(m[0])
     nseg = ((m[0] - 1) // chunk + 1) * m[1] * m[2]
-    cshape = (2, len(levels), nseg)  # pass 1 writes every segment (kept scratch, see _cpu.ScratchPool, _gpu.Scratch)
-    if not gpu:
-        counts = _cpu.scratch.take(cshape, np.int32)
     lo_a, hi_a = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
     if gpu and vals is not None and vals.dtype not in (xp.float32, xp.float64):
         vals = vals.astype(xp.float64)  # the CUDA kernel samples float32 and float64 as they are
@@ -107,6 +104,7 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
                               ranges is not None)
         counts, local, tiles, units, active, bad = sc.counts, sc.local, sc.tiles, sc.units, sc.active, sc.bad
     else:  # per segment its start within its task, per task its totals (see _cpu.count)
+        counts = _cpu.scratch.take((2, len(levels), nseg), np.int32)  # kept scratch, see _cpu.ScratchPool
         ntasks = _cpu.tasks(lo, hi, chunk)
         tasks = np.empty((2, len(levels), ntasks), np.int64)
         bad = 0

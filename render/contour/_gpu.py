@@ -25,6 +25,7 @@ of a pass over every segment (unvisited ones hold nothing).
 from __future__ import annotations
 
 import functools
+import threading
 
 import numpy as np
 
@@ -673,8 +674,6 @@ class Scratch:
     @classmethod
     def get(cls, nlevels: int, nseg: int, ntiles: int, nunits: int, listed: bool) -> "Scratch":
         """The scratch for this geometry on the current device, stream and thread, zeroed where it must be."""
-        import threading
-
         import cupy
 
         key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, threading.get_ident(), nlevels, nseg,
@@ -689,19 +688,15 @@ class Scratch:
     def __init__(self, nlevels: int, nseg: int, ntiles: int, nunits: int, listed: bool):
         import cupy
 
-        parts = [("counts", np.int32, (2, nlevels, nseg)), ("local", np.int32, (2, nlevels, nseg)),
-                 # from here to the end of `units` (listed) or of `bad`: zeroed per call
-                 ("tiles", np.int32, (2, nlevels, ntiles)),  # tiles of units not visited hold nothing
-                 ("bad", np.uint64, (3,)),  # non-finite flag, vertex and triangle totals
-                 ("units", np.int32, (nlevels, 3 + nunits)),  # per level: how many, which (see select)
-                 ("active", np.uint8, (nunits,))]
-        sizes = [int(np.prod(shape)) * np.dtype(dt).itemsize for _, dt, shape in parts]
-        starts = np.cumsum([0] + [-(-n // 256) * 256 for n in sizes])
-        self._block = cupy.empty(int(starts[-1]), cupy.uint8)
-        for (name, dt, shape), a, n in zip(parts, starts, sizes):
-            setattr(self, name, self._block[a:a + n].view(dt).reshape(shape))
-        end = 5 if listed else 4  # every unit, a block each: the counts of `units` set once (the passes read them)
-        self._zero = (int(starts[2]), int(starts[end - 1] + sizes[end - 1] - starts[2]))
+        (self.counts, self.local, self.tiles, self.bad, self.units, self.active) = mesh_arrays([
+            (np.int32, (2, nlevels, nseg)), (np.int32, (2, nlevels, nseg)),
+            # from here to the end of `units` (listed) or of `bad`: zeroed per call
+            (np.int32, (2, nlevels, ntiles)),  # tiles: tiles of units not visited hold nothing
+            (np.uint64, (3,)),  # bad: non-finite flag, vertex and triangle totals
+            (np.int32, (nlevels, 3 + nunits)),  # units: per level how many, which (see select)
+            (np.uint8, (nunits,))])  # active
+        last = self.units if listed else self.bad  # every unit, a block each: `units` set once (the passes read it)
+        self._zero = (self.tiles.data.ptr, last.data.ptr + last.nbytes - self.tiles.data.ptr)
         if not listed:
             self.units[:, 0] = nunits
         self.vedge = cupy.empty(0, cupy.int64)
@@ -709,8 +704,8 @@ class Scratch:
     def zero(self) -> None:
         import cupy
 
-        at, n = self._zero
-        cupy.cuda.runtime.memsetAsync(self._block.data.ptr + at, 0, n, cupy.cuda.get_current_stream().ptr)
+        ptr, n = self._zero
+        cupy.cuda.runtime.memsetAsync(ptr, 0, n, cupy.cuda.get_current_stream().ptr)
 
     def edges(self, nv: int):
         """Room for `nv` packed vertex edges (grown by a quarter when short)."""
