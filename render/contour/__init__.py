@@ -117,16 +117,57 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
         else:
             bad += _cpu.count(vol, lev, lo_a, hi_a, chunk, tables[0], counts[0, n], counts[1, n], tasks[0, n],
                               tasks[1, n])
+    geo = np.array([*spacing, *origin], np.float64)
+    kdims = np.asarray(dims if dims is not None else (1, 1, 1), np.int64)
+    per_level = 3 * int(np.prod(kdims))
+
+    def alloc(nv: int, nf: int) -> list:
+        """The mesh arrays (verts, faces, normals, vals or None, keys or None) for nv, nf."""
+        specs = [(np.float32, (nv, 3)), (np.int32, (nf, 3)), (np.float32, (nv, 3)), (np.float32, (nv,))]
+        if out is not None:
+            _check_out(specs, out)
+            mesh = [b[:shape[0]] for (_, shape), b in zip(specs, out)]
+            return mesh + [None] * (4 - len(mesh)) + [xp.empty(nv, xp.int64) if dims is not None else None]
+        # one allocation: the host's allocator maps, the device's pool looks up, once
+        want = specs[:3 + (vals is not None)]
+        arrs = (_gpu.mesh_arrays if gpu else _cpu.mesh_arrays)(want + [(np.int64, (nv,))] * (dims is not None))
+        return arrs[:len(want)] + [None] * (4 - len(want)) + [arrs[-1] if dims is not None else None]
+
     if gpu:
         # Second level of the scan: the tiles, in int32 (the exact totals guard it), all
         # levels in one numbering. The flag, the totals and the levels' ends in one read:
         # each read waits for the device.
         vti, tti = (xp.cumsum(t, dtype=xp.int32) for t in tiles.reshape(2, -1))
-        nbad, nv, nf, *vend = arrays.scalars_to_host(
-            xp.concatenate([bad.astype(xp.int64), vti[ntiles - 1:-1:ntiles].astype(xp.int64)]))
+        totals = xp.concatenate([bad.astype(xp.int64), vti[ntiles - 1:-1:ntiles].astype(xp.int64)])
+
+        def generate(mesh, room, vend=None):
+            for n, lev in enumerate(levels):
+                lev_tiles = slice(n * ntiles, (n + 1) * ntiles)
+                starts = (local[0, n], local[1, n], tiles[0, n], tiles[1, n], vti[lev_tiles], tti[lev_tiles])
+                known = None if vend is None else vend[n] - (vend[n - 1] if n else 0)
+                _gpu.generate(vol, ext, lev, lo, hi, chunk, counts[0, n], counts[1, n], starts, vti, n, ntiles,
+                              room, known, tables, geo, offset, vals, mesh[4], kdims, n * per_level, *mesh[:4],
+                              sc.edges(room[0]), units[n], ranges is not None)
+
+        room = sc.room if out is None else None
+        if room is not None:
+            # Pass 2 goes out before the counts come back, into room sized by the last
+            # call on this geometry: the GPU runs on from pass 1 instead of waiting for
+            # the host to read the counts and allocate (the kernels write nothing beyond
+            # the room; a mesh that outgrows it is made again below).
+            mesh = alloc(*room)
+            generate(mesh, room)
+        nbad, nv, nf, *vend = arrays.scalars_to_host(totals)
         if nbad:
             raise ValueError(f"{name}: contains NaN or inf")
+        _check_size(name, nv, nf)
         vend.append(nv)  # the last level ends at the total
+        sc.room = (_room(nv), _room(nf))
+        if room is None or nv > room[0] or nf > room[1]:
+            mesh = alloc(nv, nf)
+            generate(mesh, (nv, nf), vend)
+        else:
+            mesh = _trim(mesh, nv, nf, room)
     else:
         if bad:
             raise ValueError(f"{name}: contains NaN or inf")
@@ -135,30 +176,9 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
         *vend, nf = [int(x) for x in np.concatenate([vincl[ntasks - 1::ntasks], tincl[-1:]])]
         nv = vend[-1]
         voff, toff = vincl - flat[0], tincl - flat[1]
-    if max(nv, nf) > _INT32_MAX:
-        raise ValueError(f"{name}: the mesh has {nv} vertices and {nf} triangles, more than int32 indices hold")
-    specs = [(np.float32, (nv, 3)), (np.int32, (nf, 3)), (np.float32, (nv, 3)), (np.float32, (nv,))]
-    if out is not None:
-        _check_out(specs, out)
-        mesh = [b[:shape[0]] for (_, shape), b in zip(specs, out)]
-        mesh += [None] * (4 - len(mesh)) + [xp.empty(nv, xp.int64) if dims is not None else None]
-    else:  # one allocation: the host's allocator maps, the device's pool looks up, once
-        want = specs[:3 + (vals is not None)]
-        arrs = (_gpu.mesh_arrays if gpu else _cpu.mesh_arrays)(want + [(np.int64, (nv,))] * (dims is not None))
-        mesh = arrs[:len(want)] + [None] * (4 - len(want)) + [arrs[-1] if dims is not None else None]
-    geo = np.array([*spacing, *origin], np.float64)
-    kdims = np.asarray(dims if dims is not None else (1, 1, 1), np.int64)
-    per_level = 3 * int(np.prod(kdims))
-    vedge = sc.edges(nv) if gpu else None
-    for n, lev in enumerate(levels):
-        if gpu:
-            vstart = vend[n - 1] if n else 0
-            lev_tiles = slice(n * ntiles, (n + 1) * ntiles)
-            starts = (local[0, n], local[1, n], tiles[0, n], tiles[1, n], vti[lev_tiles], tti[lev_tiles])
-            _gpu.generate(vol, ext, lev, lo, hi, chunk, counts[0, n], counts[1, n], starts, vstart,
-                          vend[n] - vstart, tables, geo, offset, vals, mesh[4], kdims, n * per_level, *mesh[:4],
-                          vedge, units[n], ranges is not None)
-        else:
+        _check_size(name, nv, nf)
+        mesh = alloc(nv, nf)
+        for n, lev in enumerate(levels):
             at = slice(n * ntasks, (n + 1) * ntasks)
             _cpu.generate(vol, ext, lev, lo_a, hi_a, chunk, counts[0, n], counts[1, n], tasks[0, n], tasks[1, n],
                           voff[at], toff[at],
@@ -167,11 +187,30 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
                           mesh[4] if dims is not None else np.zeros(1, np.int64), dims is not None,
                           kdims, n * per_level, mesh[0], mesh[1], mesh[2],
                           mesh[3] if vals is not None else np.zeros(1, np.float32))
-    if not gpu:
         _cpu.scratch.give(counts)
     if vals is not None:
         _check_sampled(mesh[3], vname)
     return tuple(mesh)
+
+
+def _check_size(name: str, nv: int, nf: int) -> None:
+    if max(nv, nf) > _INT32_MAX:
+        raise ValueError(f"{name}: the mesh has {nv} vertices and {nf} triangles, more than int32 indices hold")
+
+
+def _room(n: int) -> int:
+    """Room for the next call's n on the same geometry: an eighth more (surfaces of a
+    running simulation change little from step to step)."""
+    return min(n + n // 8 + 1024, _INT32_MAX)
+
+
+def _trim(mesh, nv: int, nf: int, room) -> list:
+    """The first nv vertices and nf faces of a mesh made in `room`; copied out when they
+    fill less than half of it (the views would keep the whole room allocated)."""
+    rows = [nv, nf, nv, nv, nv]
+    if 2 * nv >= room[0] and 2 * nf >= room[1]:
+        return [None if m is None else m[:r] for m, r in zip(mesh, rows)]
+    return [None if m is None else m[:r].copy() for m, r in zip(mesh, rows)]
 
 
 def _weld(parts, want_values: bool, xp=np):

@@ -205,9 +205,14 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
         int* ntri_out, int* __restrict__ vloc, int* __restrict__ tloc, int* __restrict__ vtile,
         int* __restrict__ ttile, unsigned long long* stats, int* units) {
     __shared__ unsigned char s_ntri[256];  // by quad() bits
+    __shared__ unsigned s_cnt[256];  // by quad() bits: vertices of the cube's first point, triangles << 16
     __shared__ int s_next;
     const int tid = threadIdx.y * 32 + threadIdx.x;
-    for (int q = tid; q < 256; q += blockDim.x * blockDim.y) s_ntri[q] = ntri[case_of(q)];
+    for (int q = tid; q < 256; q += blockDim.x * blockDim.y) {
+        s_ntri[q] = ntri[case_of(q)];
+        const int c0 = q & 1;  // the point's edges along axes 0, 1, 2 end at quad() bits 4, 2, 1
+        s_cnt[q] = (c0 ^ ((q >> 4) & 1)) + (c0 ^ ((q >> 2) & 1)) + (c0 ^ ((q >> 1) & 1)) + (s_ntri[q] << 16);
+    }
     __syncthreads();
     const int lane = threadIdx.x;
     int part, calls = 0;
@@ -227,8 +232,9 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
     const long long s0 = g.s0, s1 = g.s1;
     const T* p = v + i0 * s0 + j0 * s1 + (long long)k * g.s2;
     int nv[R], nt[R];
+    unsigned packed[R];  // packed: the F path's counts, vertices + (triangles << 16)
     #pragma unroll
-    for (int r = 0; r < R; ++r) nv[r] = nt[r] = 0;
+    for (int r = 0; r < R; ++r) nv[r] = nt[r] = packed[r] = 0;
     float acc = 0.0f;
     auto run = [&](auto full) {
         constexpr bool F = decltype(full)::value;
@@ -258,7 +264,18 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
             #pragma unroll
             for (int r = 0; r <= R; ++r)
                 if (F || r < nrow) d |= (M[r] ^ z) | (N[r] ^ z);
-            if ((d & u) != 0u || (z != 0u && z != u)) {  // else every sample on one side: nothing crossed
+            if (F && ((d & u) != 0u || (z != 0u && z != u))) {
+                // Every row and lane in the box, none of the own lanes at its last point:
+                // a point's vertices and its cube's triangles come from one table look-up.
+                unsigned sm[R + 1], sn[R + 1];
+                #pragma unroll
+                for (int r = 0; r <= R; ++r) { sm[r] = (M[r] >> lane) & 3u; sn[r] = (N[r] >> lane) & 3u; }
+                #pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const unsigned c = s_cnt[sm[r] | (sm[r + 1] << 2) | (sn[r] << 4) | (sn[r + 1] << 6)];
+                    packed[r] += xok ? c : c & 0xFFFFu;  // no plane i + 1: no cube
+                }
+            } else if ((d & u) != 0u || (z != 0u && z != u)) {  // else every sample on one side: nothing crossed
                 #pragma unroll
                 for (int r = 0; r < R; ++r) {
                     if (!F && r >= nrow) continue;
@@ -280,7 +297,10 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
             step(i + 1, q2);
         }
     };
-    if (nrow == R + 1 && U == FULL) run(Bool<true>()); else run(Bool<false>());
+    // F: a chunk's counts fit the packed halves (3 and 5 per plane)
+    if (nrow == R + 1 && U == FULL && b.chunk <= 13107) run(Bool<true>()); else run(Bool<false>());
+    #pragma unroll
+    for (int r = 0; r < R; ++r) { nv[r] += packed[r] & 0xFFFF; nt[r] += packed[r] >> 16; }
     // The first level of the scan: a tile is the TILE segments of one row a warp counts;
     // vloc/tloc: a segment's first vertex/face within its tile, vtile/ttile: the tile's
     // totals (tile (c * m1 + j - lo1) * nby + by, in segment order).
@@ -357,7 +377,8 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
         const int* __restrict__ vloc, const int* __restrict__ tloc, const int* __restrict__ vtile,
         const int* __restrict__ ttile, const int* __restrict__ vti, const int* __restrict__ tti, const int ntk,
         const signed char* __restrict__ ntri, const signed char* __restrict__ tri,
-        int* __restrict__ faces, long long* __restrict__ vedge, int* units) {
+        int* __restrict__ faces, long long* __restrict__ vedge, const unsigned vroom, const unsigned froom,
+        int* units) {
     __shared__ unsigned char s_case[256], s_ntri[256];  // case by quad() bits; triangles by case
     __shared__ __align__(16) unsigned char s_tri[256 * 16];  // a case's 15 triangle edges in 16 bytes
     __shared__ int s_vid[12 * 256];  // vertex number per cube edge, per thread
@@ -436,7 +457,10 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
                     int n = cnt[0];
                     #pragma unroll
                     for (int a = 0; a < 3; ++a)
-                        if ((B[0] >> a) & 1) vedge[n++] = pack(i, j, k, a);
+                        if ((B[0] >> a) & 1) {
+                            if ((unsigned)n < vroom) vedge[n] = pack(i, j, k, a);
+                            ++n;
+                        }
                     if (cube_jk && i < b.hi0) {
                         const int cs = s_case[quad(A[0], A[1], Bm[0], Bm[1], lane)];
                         const int nt = s_ntri[cs];
@@ -461,9 +485,10 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
                             const uint4 row = *reinterpret_cast<const uint4*>(s_tri + 16 * cs);
                             const unsigned w[4] = {row.x, row.y, row.z, row.w};
                             int* f = faces + 3 * (long long)t;
+                            const int ne = (unsigned)(t + nt) <= froom ? 3 * nt : 0;  // the room's end
                             #pragma unroll
                             for (int e = 0; e < 15; ++e)
-                                if (e < 3 * nt) f[e] = s_vid[((w[e >> 2] >> (8 * (e & 3))) & 0xFFu) * 256 + tid];
+                                if (e < ne) f[e] = s_vid[((w[e >> 2] >> (8 * (e & 3))) & 0xFFu) * 256 + tid];
                             t += nt;
                         }
                     }
@@ -514,13 +539,21 @@ __device__ __forceinline__ double sample(const Out& o, int i, int j, int k) {
     return o.vals_f32 ? at((const float*)o.vals, o.vg, i, j, k) : at((const double*)o.vals, o.vg, i, j, k);
 }
 
-// Position, normal (and sampled value, global key) of vertices start .. start + count - 1.
+// Position, normal (and sampled value, global key) of the vertices of level lev: from the
+// end of the previous level's tiles in vti (the scan of every level's tile totals, ntiles
+// a level) to the end of its own, those below room.
 template <typename T, int MINB>
 __global__ void __launch_bounds__(256, MINB) mc_vertex(const T* __restrict__ v, const Vol g, const double level,
-        const long long* __restrict__ vedge, const long long start, const long long count, const Out o) {
-    for (long long n = start + blockIdx.x * (long long)blockDim.x + threadIdx.x; n < start + count;
-         n += (long long)gridDim.x * blockDim.x) {
-        const long long e = vedge[n];
+        const long long* __restrict__ vedge, const int* __restrict__ vti, const long long ntiles, const int lev,
+        const long long room, const Out o) {
+    const long long start = lev ? max(vti[lev * ntiles - 1], 0) : 0;
+    const long long end = min((long long)vti[(lev + 1) * ntiles - 1], room);
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    long long n = start + blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    long long next = n < end ? vedge[n] : 0;
+    for (; n < end; n += stride) {
+        const long long e = next;
+        if (n + stride < end) next = vedge[n + stride];  // in flight while this vertex's samples load
         const int i = (int)(e >> 42), j = (int)((e >> 22) & 0xFFFFF), k = (int)((e >> 2) & 0xFFFFF);
         const int a = (int)(e & 3);
         const int di = a == 0, dj = a == 1, dk = a == 2;
@@ -700,6 +733,7 @@ class Scratch:
         if not listed:
             self.units[:, 0] = nunits
         self.vedge = cupy.empty(0, cupy.int64)
+        self.room: tuple[int, int] | None = None  # (vertices, faces) to make the next mesh in, see _mesh
 
     def zero(self) -> None:
         import cupy
@@ -768,16 +802,18 @@ def count(vol, ext, level, lo, hi, chunk, tables, nvert_out, ntri_out, vloc, tlo
                                                       units))
 
 
-def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, starts, vstart, vcount, tables, geo,
+def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, starts, vti, n, ntiles, room, known, tables, geo,
              offset, vals, keys, dims, keybase, verts, faces, normals, vout, vedge, units, listed: bool) -> None:
-    """Pass 2 (see _cpu.generate) for one level: faces and vertex edges per segment, then
-    vertices ``vstart .. vstart + vcount - 1`` one per thread. `starts`: count()'s vloc,
-    tloc, vtile, ttile and the inclusive int32 scans of vtile and ttile (global
-    numbering); `vals`, `keys`, `vout` may be None; `vedge`: int64 scratch, one per
-    vertex."""
+    """Pass 2 (see _cpu.generate) for level `n`: faces and vertex edges per segment, then
+    its vertices one per thread. `starts`: count()'s vloc, tloc, vtile, ttile and the
+    level's inclusive int32 scans of vtile and ttile (global numbering); `vti`: the scan
+    of every level's tiles (`ntiles` a level), where the vertex kernel finds the level's
+    first and last vertex; `room`: (vertices, faces) the mesh arrays hold, nothing is
+    written beyond (the counts may not be known yet); `known`: the level's vertex count
+    when it is; `vals`, `keys`, `vout` may be None; `vedge`: int64 scratch, room[0]."""
     if max(h - l for l, h in zip(lo, hi)) >= 2**20:
         raise ValueError(f"marching_cubes: box {lo}..{hi} is too long for the GPU path (2^20 samples per axis)")
-    if vcount == 0:  # nothing crossed at this level: no faces either
+    if known == 0:  # nothing crossed at this level: no faces either
         return
     box = _box(tuple(lo), tuple(hi), chunk)
     g = _vol(vol, ext)
@@ -785,12 +821,13 @@ def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, starts, vstart, vc
     ntk = unit_grid(lo, hi, chunk)[2]
     _kernel("walk", vol.dtype, listed)(grid, block, (vol, g, box, np.float64(level), _levelf(level), nvert,
                                                      ntri_seg, *starts, np.int32(ntk), tables[0], tables[1], faces,
-                                                     vedge, units))
+                                                     vedge, np.uint32(room[0]), np.uint32(room[1]), units))
     ptr = lambda a: 0 if a is None else a.data.ptr  # noqa: E731
     vg = _vol(vals, ext) if vals is not None else np.zeros((), _record(tuple(_VOL)))
     o = _struct(_OUT, [geo[:3], 1.0 / geo[:3], geo[3:], offset, dims, keybase, ptr(verts), ptr(faces),
                              ptr(normals), ptr(vout), ptr(keys), ptr(vals),
                              int(vals is not None and vals.dtype == np.float32), vg])
-    blocks = min(-(-vcount // 256), 2**31 - 1)
-    _kernel("vertex", vol.dtype)((blocks,), (256,), (vol, g, np.float64(level), vedge, np.int64(vstart),
-                                                     np.int64(vcount), o))
+    most = room[0] if known is None else known
+    blocks = min(-(-most // 256), _blocks_per_launch("vertex", vol.device.id))
+    _kernel("vertex", vol.dtype)((blocks,), (256,), (vol, g, np.float64(level), vedge, vti, np.int64(ntiles),
+                                                     np.int32(n), np.int64(room[0]), o))

@@ -40,6 +40,37 @@ def test_gpu_mesh_equals_cpu_mesh(dtype):
         np.testing.assert_allclose(cp.asnumpy(gpu[i]), cpu[i], atol=1e-5)
 
 
+def test_gpu_meshes_made_in_the_last_calls_room_are_the_cpu_meshes():
+    """From the second call on a geometry pass 2 goes out before the counts are read, into
+    room the last call's mesh sized: a surface that outgrows it (made again), one that
+    fits, one far smaller (copied out of the room) are each the CPU's mesh, with the
+    same reads."""
+    from render.contour import _gpu
+
+    vol = smooth_random((70, 36, 38), 4)
+    field = np.sin(vol * 5)
+    dvol, dfield = cp.asarray(vol), cp.asarray(field)
+    s = float(vol.std())
+    # levels: a smaller surface, a larger one (outgrows the room), the same, a tiny one, large again
+    for levels in ([0.8 * s, 0.9 * s], [0.0, 0.1 * s], [0.0, 0.1 * s], [2.9 * s, 3.0 * s], [0.0, 0.05 * s]):
+        cpu = marching_cubes(vol, levels, values=field)
+        with insitu.no_host_transfers(allow_scalars=True) as counted:
+            gpu = marching_cubes(dvol, levels, values=dfield)
+        assert counted.scalar_reads <= 5
+        assert any(sc.room is not None for sc in _gpu.Scratch._kept.values())
+        for c, g in zip(cpu, gpu):
+            assert c.shape == g.shape
+        np.testing.assert_array_equal(cp.asnumpy(gpu[1]), cpu[1])
+        for i in (0, 2, 3):
+            np.testing.assert_allclose(cp.asnumpy(gpu[i]), cpu[i], atol=1e-5)
+    dom = Domain.create(vol.shape, blocks=(2, 1, 1), ghost=2)
+    cpu = marching_cubes_blocks(dom, {b.gid: dom.extract(vol, b.gid) for b in dom}, 0.0)
+    for _ in range(2):  # the second time in the room (vertex keys included)
+        gpu = marching_cubes_blocks(dom, {b.gid: cp.asarray(dom.extract(vol, b.gid)) for b in dom}, 0.0)
+        np.testing.assert_array_equal(cp.asnumpy(gpu[1]), cpu[1])
+        np.testing.assert_allclose(cp.asnumpy(gpu[0]), cpu[0], atol=1e-5)
+
+
 def test_gpu_writes_into_caller_device_buffers():
     vol = cp.asarray(smooth_random((40, 40, 40), 3), cp.float32)
     v, f, n = marching_cubes(vol, 0.0)
