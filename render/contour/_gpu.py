@@ -15,10 +15,8 @@ surface touching a few percent of a large volume costs a few percent of its read
 
 Pass 1 (mc_count) counts vertices and triangles per segment, scans them within each
 warp's 30 segments (the first level of the scan; the caller scans the tile totals, zero
-where no unit was visited), adds up the totals in 64 bits and keeps its ballots (a 32nd
-of the samples' bytes at float32); pass 2 (mc_walk) reads those ballots, not the
-samples, and writes faces and, per vertex, its packed edge, skipping warps whose
-segments have nothing; a
+where no unit was visited) and adds up the totals in 64 bits; pass 2 (mc_walk) writes
+faces and, per vertex, its packed edge, skipping warps whose segments have nothing; a
 flat kernel (mc_vertex) then computes the vertices one per thread (the gradients need
 registers that would starve the walk of occupancy). Vertex and face numbers are those
 of a pass over every segment (unvisited ones hold nothing).
@@ -205,7 +203,7 @@ template <typename T, int R, int MINB, bool LIST>
 __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, const Vol g, const Box b,
         const double level, const float levelf, const signed char* __restrict__ ntri, int* nvert_out,
         int* ntri_out, int* __restrict__ vloc, int* __restrict__ tloc, int* __restrict__ vtile,
-        int* __restrict__ ttile, unsigned long long* stats, unsigned* __restrict__ masks, int* units) {
+        int* __restrict__ ttile, unsigned long long* stats, int* units) {
     __shared__ unsigned char s_ntri[256];  // by quad() bits
     __shared__ unsigned s_cnt[256];  // by quad() bits: vertices of the cube's first point, triangles << 16
     __shared__ int s_next;
@@ -233,14 +231,6 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
     const int i0 = b.lo0 + c * b.chunk, i1 = min(i0 + b.chunk - 1, b.hi0);
     const long long s0 = g.s0, s1 = g.s1;
     const T* p = v + i0 * s0 + j0 * s1 + (long long)k * g.s2;
-    // The ballots of the warp's own rows, kept for pass 2 (see mc_walk): mask (j, by) of
-    // plane i at masks[((j - lo1) * nby + by) * m0 + i - lo0].
-    // Lane d of the warp keeps plane i0 + 32 n + d's; every 32 planes they go out in one
-    // store a row (whole sectors: partial ones cost the memory a read).
-    const int m0 = b.hi0 - b.lo0 + 1;
-    const long long mstride = (long long)b.nby * m0;
-    unsigned* mp = masks + ((long long)(j0 - b.lo1) * b.nby + by) * m0 + i0 - b.lo0 + lane;
-    unsigned kept[R];
     int nv[R], nt[R];
     unsigned packed[R];  // packed: the F path's counts, vertices + (triangles << 16)
     #pragma unroll
@@ -269,15 +259,6 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
                 for (int r = 0; r <= R; ++r) N[r] = M[r];  // no plane i + 1: no axis-0 edge, no cube
             }
             if (i + 3 <= b.hi0 && i + 2 <= i1) load_rows<F>(p + 3 * s0, s1, nrow, kin, q);
-            const int dp = i - i0;  // the plane within the chunk
-            #pragma unroll
-            for (int r = 0; r < R; ++r)
-                if (lane == (dp & 31)) kept[r] = M[r];
-            if ((dp & 31) == 31 || i == i1) {
-                #pragma unroll
-                for (int r = 0; r < R; ++r)
-                    if ((F || r < nrow) && lane <= (dp & 31)) mp[r * mstride + (dp & ~31)] = kept[r];
-            }
             const unsigned z = M[0] & u;
             unsigned d = 0u;
             #pragma unroll
@@ -386,15 +367,13 @@ __device__ __forceinline__ int edge_bits(const unsigned* X, int s) {
 
 // Pass 2: faces, and the edge of each vertex a segment owns (positions come in mc_vertex,
 // one thread per vertex). A warp walks the segments of one row j and TILE = 30 points k0 ..
-// k0 + 29 (lanes 30, 31 lend samples) through pass 1's ballots of rows j .. j + 2 (it
-// reads no samples: the loads' latency, at the occupancy this pass's registers leave,
-// was most of its time), keeping for each its running vertex numbers in the four
+// k0 + 29 (lanes 30, 31 lend samples), keeping for each its running vertex numbers in the four
 // segments (j + dj, k + dk) whose vertices its cubes use; warps whose segments have
 // nothing leave at once, planes with no crossed edge in reach are stepped over. Vertex
 // and face numbers fit int32 (checked by the caller).
-template <int MINB, bool LIST>
-__global__ void __launch_bounds__(256, MINB) mc_walk(const unsigned* __restrict__ masks, const Box b,
-        const int* __restrict__ nvert, const int* __restrict__ ntri_seg,
+template <typename T, int MINB, bool LIST>
+__global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, const Vol g, const Box b,
+        const double level, const float levelf, const int* __restrict__ nvert, const int* __restrict__ ntri_seg,
         const int* __restrict__ vloc, const int* __restrict__ tloc, const int* __restrict__ vtile,
         const int* __restrict__ ttile, const int* __restrict__ vti, const int* __restrict__ tti, const int ntk,
         const signed char* __restrict__ ntri, const signed char* __restrict__ tri,
@@ -446,40 +425,25 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const unsigned* __restrict_
         const long long tile = ((long long)c * m1 + r1) * ntk + r2 / TILE;
         t = tti[tile] - ttile[tile] + tloc[seg];
     }
+    const long long s0 = g.s0, s1 = g.s1;
+    const T* p = v + i0 * s0 + j * s1 + (long long)k * g.s2;
     const int eb0[12] = EDGE_I, eb1[12] = EDGE_J, eb2[12] = EDGE_K, ea[12] = EDGE_A;
-    const int m0 = b.hi0 - b.lo0 + 1;
-    const long long mstride = (long long)b.nby * m0;
-    const unsigned* mp = masks + ((long long)r1 * b.nby + by) * m0;  // row j's masks (see mc_count)
     auto run = [&](auto full) {
         constexpr bool F = decltype(full)::value;
         const int nr = F ? 3 : nrow;
         unsigned A[3], Bm[3] = {0u, 0u, 0u}, Cm[3] = {0u, 0u, 0u}, XP[2][3], XN[2][3];
-        // The masks of rows j .. j + 2 come 32 planes a load, one plane a lane (W: planes
-        // x .., Wn: the next 32, loaded a block of planes before they are needed), and go
-        // to the warp by shuffles.
-        unsigned W[3], Wn[3];
-        int x = i0 - b.lo0;
-        auto fetch = [&](int from, unsigned* out) {
-            #pragma unroll
-            for (int r = 0; r < 3; ++r) out[r] = r < nr && from + lane < m0 ? mp[r * mstride + from + lane] : 0u;
-        };
-        auto plane = [&](int i, unsigned* out) {  // planes are asked for in order
-            if (i - b.lo0 >= x + 32) {
-                #pragma unroll
-                for (int r = 0; r < 3; ++r) W[r] = Wn[r];
-                x += 32;
-                fetch(x + 32, Wn);
-            }
-            #pragma unroll
-            for (int r = 0; r < 3; ++r) out[r] = __shfl_sync(FULL, W[r], i - b.lo0 - x);
-        };
-        fetch(x, W);
-        fetch(x + 32, Wn);
-        plane(i0, A);
-        if (i0 + 1 <= b.hi0) plane(i0 + 1, Bm);
-        if (i0 + 2 <= b.hi0) plane(i0 + 2, Cm);
+        Rows<T, 3> q0, q1, q2, q3, q4;  // q3, q4: planes i + 3, i + 4 in flight
+        // The first planes' loads all go out before any is waited for.
+        load_rows<F>(p, s1, nr, kin, q0);
+        if (i0 + 1 <= b.hi0) load_rows<F>(p + s0, s1, nr, kin, q1);
+        if (i0 + 2 <= b.hi0) load_rows<F>(p + 2 * s0, s1, nr, kin, q2);
+        if (i0 + 3 <= b.hi0 && i0 + 1 <= i1) load_rows<F>(p + 3 * s0, s1, nr, kin, q3);
+        if (i0 + 4 <= b.hi0 && i0 + 2 <= i1) load_rows<F>(p + 4 * s0, s1, nr, kin, q4);
+        ballot_rows<F>(q0, nr, kin, level, levelf, A);
+        if (i0 + 1 <= b.hi0) ballot_rows<F>(q1, nr, kin, level, levelf, Bm);
+        if (i0 + 2 <= b.hi0) ballot_rows<F>(q2, nr, kin, level, levelf, Cm);
         crossings(A, Bm, i0 < b.hi0, nr, K2, XP);
-        auto step = [&](const int i) {
+        auto step = [&](const int i, Rows<T, 3>& q) {
             crossings(Bm, Cm, i + 1 < b.hi0, nr, K2, XN);
             // Every edge of the lanes' cubes and of their points: plane i all axes, plane
             // i + 1 along j and k (bits up to 30: lanes 0..29 and their k + 1 neighbours).
@@ -538,9 +502,16 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const unsigned* __restrict_
             for (int dj = 0; dj < 2; ++dj)
                 #pragma unroll
                 for (int a = 0; a < 3; ++a) XP[dj][a] = XN[dj][a];
-            if (i + 3 <= b.hi0 && i < i1) plane(i + 3, Cm);
+            // q: plane i + 3, then i + 5 (q3 and q4 alternate)
+            if (i + 3 <= b.hi0 && i < i1) ballot_rows<F>(q, nr, kin, level, levelf, Cm);
+            if (i + 5 <= b.hi0 && i + 3 <= i1) load_rows<F>(p + 5 * s0, s1, nr, kin, q);
+            p += s0;
         };
-        for (int i = i0; i <= i1; ++i) step(i);
+        for (int i = i0; i <= i1; i += 2) {
+            step(i, q3);
+            if (i + 1 > i1) break;
+            step(i + 1, q4);
+        }
     };
     if (nrow == 3 && k - lane + 31 <= b.hi2) run(Bool<true>()); else run(Bool<false>());
     }
@@ -626,7 +597,7 @@ def supported(dtype) -> bool:
 # Template arguments, measured on an H200 at 1024^3 (docs/BENCHMARKS.md): rows per warp
 # and blocks per SM in pass 1 (more blocks beat the few registers they spill), blocks
 # per SM in the walk and the vertex kernel.
-_KERNELS = {"count": "3, 4", "walk": "3", "vertex": "4"}
+_KERNELS = {"count": "3, 5", "walk": "3", "vertex": "4"}
 
 
 @functools.cache
@@ -639,8 +610,8 @@ def _module(ctype: str):
     subst.update({f"e{a}": ", ".join(str(int(x)) for x in EDGE_BASE[:, a]) for a in range(3)})
     subst["ea"] = ", ".join(str(int(x)) for x in EDGE_AXIS)
     subst["tile"] = _TILE
-    names = [_name(kind, ctype, listed) for kind in _KERNELS
-             for listed in ((True, False) if kind != "vertex" else (None,))]
+    names = [f"mc_{kind}<{ctype}, {args}{listed}>" for kind, args in _KERNELS.items()
+             for listed in ((", true", ", false") if kind != "vertex" else ("",))]
     names += ["mc_units", "mc_list"]
     compiling(_log, f"the marching cubes kernels (mc_*) for {ctype}", cupy_cache_dir())
     return cupy.RawModule(code=_SOURCE % subst, options=("-std=c++14", "-default-device"),
@@ -652,13 +623,8 @@ def _kernel(kind: str, dtype=None, listed: bool | None = None):
     if dtype is None:
         return _module("float").get_function(f"mc_{kind}")
     ctype = _TYPES[np.dtype(dtype)]
-    return _module(ctype).get_function(_name(kind, ctype, listed))
-
-
-def _name(kind: str, ctype: str, listed: bool | None) -> str:
-    """A kernel's instance: mc_walk reads no samples (pass 1's masks), so takes no sample type."""
     tail = "" if listed is None else (", true" if listed else ", false")
-    return f"mc_{kind}<{'' if kind == 'walk' else ctype + ', '}{_KERNELS[kind]}{tail}>"
+    return _module(ctype).get_function(f"mc_{kind}<{ctype}, {_KERNELS[kind]}{tail}>")
 
 
 @functools.cache
@@ -739,24 +705,24 @@ class Scratch:
     KEEP = 2
 
     @classmethod
-    def get(cls, nlevels: int, nseg: int, ntiles: int, nunits: int, nmask: int, listed: bool) -> "Scratch":
+    def get(cls, nlevels: int, nseg: int, ntiles: int, nunits: int, listed: bool) -> "Scratch":
         """The scratch for this geometry on the current device, stream and thread, zeroed where it must be."""
         import cupy
 
         key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, threading.get_ident(), nlevels, nseg,
-               ntiles, nunits, nmask, listed)
-        sc = cls._kept.pop(key, None) or cls(nlevels, nseg, ntiles, nunits, nmask, listed)
+               ntiles, nunits, listed)
+        sc = cls._kept.pop(key, None) or cls(nlevels, nseg, ntiles, nunits, listed)
         cls._kept[key] = sc  # the most recent last
         while len(cls._kept) > cls.KEEP:
             cls._kept.pop(next(iter(cls._kept)))
         sc.zero()
         return sc
 
-    def __init__(self, nlevels: int, nseg: int, ntiles: int, nunits: int, nmask: int, listed: bool):
+    def __init__(self, nlevels: int, nseg: int, ntiles: int, nunits: int, listed: bool):
         import cupy
 
-        (self.masks, self.counts, self.local, self.tiles, self.bad, self.units, self.active) = mesh_arrays([
-            (np.uint32, (nlevels, nmask)), (np.int32, (2, nlevels, nseg)), (np.int32, (2, nlevels, nseg)),
+        (self.counts, self.local, self.tiles, self.bad, self.units, self.active) = mesh_arrays([
+            (np.int32, (2, nlevels, nseg)), (np.int32, (2, nlevels, nseg)),
             # from here to the end of `units` (listed) or of `bad`: zeroed per call
             (np.int32, (2, nlevels, ntiles)),  # tiles: tiles of units not visited hold nothing
             (np.uint64, (3,)),  # bad: non-finite flag, vertex and triangle totals
@@ -807,12 +773,6 @@ def select(ranges, level, lo, hi, chunk, active, units) -> None:
     _kernel("list")(blocks, (256,), (active, box, np.int32(n), units))
 
 
-def mask_count(lo, hi, chunk) -> int:
-    """Masks count() keeps for generate(): per plane, row and 30 points k, 32 bits."""
-    m = [h - l + 1 for l, h in zip(lo, hi)]
-    return m[0] * m[1] * unit_grid(lo, hi, chunk)[2]
-
-
 def tile_count(lo, hi, chunk) -> int:
     """Tiles of the box: (chunks x rows) x tiles per row."""
     m = [h - l + 1 for l, h in zip(lo, hi)]
@@ -827,33 +787,30 @@ def _launch(kind: str, vol, lo, hi, chunk, listed: bool) -> tuple:
 
 
 def count(vol, ext, level, lo, hi, chunk, tables, nvert_out, ntri_out, vloc, tloc, vtile, ttile, stats,
-          masks, units, listed: bool) -> None:
+          units, listed: bool) -> None:
     """Pass 1 (see _cpu.count) over the units listed by select() and the first level of
     the scan: per segment its counts and its first vertex and face within its tile
     (`vloc`, `tloc`), per tile its totals (`vtile`, `ttile`, zeroed by the caller; see
     tile_count). Adds to the device uint64 `stats`: [0] the number of warps that met a
     non-finite sample, [1] vertices, [2] triangles (totals in 64 bits, so int32 scans can
-    be trusted when these fit int32). `masks` (uint32, mask_count() of them) gets the
-    ballots of the visited units' planes for generate(). `listed`: units from select(),
-    else every unit (a list 0, 1, ... of them all)."""
+    be trusted when these fit int32). `listed`: units from select(), else every unit (a
+    list 0, 1, ... of them all)."""
     grid, block = _launch("count", vol, lo, hi, chunk, listed)
     box = _box(tuple(lo), tuple(hi), chunk)
     _kernel("count", vol.dtype, listed)(grid, block, (vol, _vol(vol, ext), box, np.float64(level), _levelf(level),
                                                       tables[0], nvert_out, ntri_out, vloc, tloc, vtile, ttile, stats,
-                                                      masks, units))
+                                                      units))
 
 
 def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, starts, vti, n, ntiles, room, known, tables, geo,
-             offset, vals, keys, dims, keybase, verts, faces, normals, vout, vedge, masks, units,
-             listed: bool) -> None:
+             offset, vals, keys, dims, keybase, verts, faces, normals, vout, vedge, units, listed: bool) -> None:
     """Pass 2 (see _cpu.generate) for level `n`: faces and vertex edges per segment, then
     its vertices one per thread. `starts`: count()'s vloc, tloc, vtile, ttile and the
     level's inclusive int32 scans of vtile and ttile (global numbering); `vti`: the scan
     of every level's tiles (`ntiles` a level), where the vertex kernel finds the level's
     first and last vertex; `room`: (vertices, faces) the mesh arrays hold, nothing is
     written beyond (the counts may not be known yet); `known`: the level's vertex count
-    when it is; `vals`, `keys`, `vout` may be None; `vedge`: int64 scratch, room[0];
-    `masks`: count()'s for this level (the walk reads them, not the samples)."""
+    when it is; `vals`, `keys`, `vout` may be None; `vedge`: int64 scratch, room[0]."""
     if max(h - l for l, h in zip(lo, hi)) >= 2**20:
         raise ValueError(f"marching_cubes: box {lo}..{hi} is too long for the GPU path (2^20 samples per axis)")
     if known == 0:  # nothing crossed at this level: no faces either
@@ -862,9 +819,9 @@ def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, starts, vti, n, nt
     g = _vol(vol, ext)
     grid, block = _launch("walk", vol, lo, hi, chunk, listed)
     ntk = unit_grid(lo, hi, chunk)[2]
-    _kernel("walk", vol.dtype, listed)(grid, block, (masks, box, nvert, ntri_seg, *starts, np.int32(ntk), tables[0],
-                                                     tables[1], faces, vedge, np.uint32(room[0]), np.uint32(room[1]),
-                                                     units))
+    _kernel("walk", vol.dtype, listed)(grid, block, (vol, g, box, np.float64(level), _levelf(level), nvert,
+                                                     ntri_seg, *starts, np.int32(ntk), tables[0], tables[1], faces,
+                                                     vedge, np.uint32(room[0]), np.uint32(room[1]), units))
     ptr = lambda a: 0 if a is None else a.data.ptr  # noqa: E731
     vg = _vol(vals, ext) if vals is not None else np.zeros((), _record(tuple(_VOL)))
     o = _struct(_OUT, [geo[:3], 1.0 / geo[:3], geo[3:], offset, dims, keybase, ptr(verts), ptr(faces),
