@@ -600,22 +600,31 @@ def supported(dtype) -> bool:
 _KERNELS = {"count": "3, 5", "walk": "3", "vertex": "4"}
 
 
-@functools.cache
-def _module(ctype: str):
-    """The kernels for samples of C type `ctype` (a module per type: a call compiles only
-    what its volume needs)."""
-    import cupy
+_OPTIONS = ("-std=c++14", "-default-device")
 
+
+def source(ctype: str) -> tuple[str, list[str], tuple[str, ...]]:
+    """The CUDA source of the kernels for samples of C type `ctype`, the kernel instances
+    to compile from it and the NVRTC options (what `_module` compiles; tests compile it
+    without a GPU)."""
     subst = {f"c{a}": ", ".join(str(int(x)) for x in CORNERS[:, a]) for a in range(3)}
     subst.update({f"e{a}": ", ".join(str(int(x)) for x in EDGE_BASE[:, a]) for a in range(3)})
     subst["ea"] = ", ".join(str(int(x)) for x in EDGE_AXIS)
     subst["tile"] = _TILE
     names = [f"mc_{kind}<{ctype}, {args}{listed}>" for kind, args in _KERNELS.items()
              for listed in ((", true", ", false") if kind != "vertex" else ("",))]
-    names += ["mc_units", "mc_list"]
+    return _SOURCE % subst, names + ["mc_units", "mc_list"], _OPTIONS
+
+
+@functools.cache
+def _module(ctype: str):
+    """The kernels for samples of C type `ctype` (a module per type: a call compiles only
+    what its volume needs)."""
+    import cupy
+
+    code, names, options = source(ctype)
     compiling(_log, f"the marching cubes kernels (mc_*) for {ctype}", cupy_cache_dir())
-    return cupy.RawModule(code=_SOURCE % subst, options=("-std=c++14", "-default-device"),
-                          name_expressions=names)
+    return cupy.RawModule(code=code, options=options, name_expressions=names)
 
 
 @functools.cache

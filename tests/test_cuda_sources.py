@@ -1,0 +1,66 @@
+"""The CUDA kernels compile for the GPU node's architecture (sm_90) with NVRTC, here,
+without a GPU: a compile error found here costs no device time. NVRTC comes from the
+nvidia-cuda-nvrtc wheel (the [test] extra); its library is called through ctypes."""
+
+import ctypes
+import glob
+import os
+
+import numpy as np
+import pytest
+
+from render.contour import _gpu
+
+ARCH = "sm_90"  # H100 and H200
+
+
+@pytest.fixture(scope="module")
+def nvrtc():
+    try:
+        import nvidia
+    except ImportError:
+        pytest.skip("needs the nvidia-cuda-nvrtc wheel (pip install -e '.[test]')")
+    found = [p for d in nvidia.__path__ for p in sorted(glob.glob(os.path.join(d, "*", "lib", "libnvrtc.so.*")))
+             if "builtins" not in p and ".alt." not in p]
+    if not found:
+        pytest.skip("needs the nvidia-cuda-nvrtc wheel: no libnvrtc under the nvidia package")
+    lib = ctypes.CDLL(found[-1])
+    lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+    return lib
+
+
+def compile_cuda(lib, code: str, names, options, arch: str = ARCH) -> tuple[int, str, dict]:
+    """NVRTC's result code, log and the lowered (mangled) name of each of `names`."""
+    prog = ctypes.c_void_p()
+    assert lib.nvrtcCreateProgram(ctypes.byref(prog), code.encode(), b"insitu.cu", 0, None, None) == 0
+    try:
+        for n in names:
+            assert lib.nvrtcAddNameExpression(prog, n.encode()) == 0
+        opts = [f"-arch={arch}".encode(), *(o.encode() for o in options)]
+        rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+        size = ctypes.c_size_t()
+        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetProgramLog(prog, log)
+        lowered = {}
+        if rc == 0:
+            for n in names:
+                out = ctypes.c_char_p()
+                assert lib.nvrtcGetLoweredName(prog, n.encode(), ctypes.byref(out)) == 0, n
+                lowered[n] = out.value.decode()
+        return rc, log.value.decode(errors="replace"), lowered
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+def test_a_compile_error_is_reported(nvrtc):
+    rc, log, lowered = compile_cuda(nvrtc, "__global__ void k() { int d = 0; int d = 1; }", ["k"], ())
+    assert rc != 0 and "already been declared" in log and not lowered
+
+
+@pytest.mark.parametrize("dtype", sorted(_gpu._TYPES, key=str), ids=str)
+def test_marching_cubes_kernels_compile(nvrtc, dtype):
+    code, names, options = _gpu.source(_gpu._TYPES[np.dtype(dtype)])
+    rc, log, lowered = compile_cuda(nvrtc, code, names, options)
+    assert rc == 0, nvrtc.nvrtcGetErrorString(rc).decode() + "\n" + log
+    assert set(lowered) == set(names) and all(v.startswith("_Z") for v in lowered.values())
