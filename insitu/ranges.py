@@ -252,13 +252,18 @@ _TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtyp
           np.dtype(np.uint64): "unsigned long long", np.dtype(np.bool_): "bool"}
 
 
+def source() -> tuple[str, list[str], tuple[str, ...]]:
+    """The CUDA source of the range kernels, their instances and the compile options."""
+    return _SOURCE, [f"tile_ranges<{t}>" for t in _TYPES.values()], ("-std=c++14",)
+
+
 @functools.cache
 def _gpu_module():
     import cupy
 
+    code, names, options = source()
     compiling(_log, "the tile range kernels (tile_ranges)", cupy_cache_dir())
-    return cupy.RawModule(code=_SOURCE, options=("-std=c++14",),
-                          name_expressions=[f"tile_ranges<{t}>" for t in _TYPES.values()])
+    return cupy.RawModule(code=code, options=options, name_expressions=names)
 
 
 def _gpu_ranges(vol, span, grid, out) -> None:

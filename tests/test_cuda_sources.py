@@ -1,6 +1,7 @@
-"""The CUDA kernels compile for the GPU node's architecture (sm_90) with NVRTC, here,
-without a GPU: a compile error found here costs no device time. NVRTC comes from the
-nvidia-cuda-nvrtc wheel (the [test] extra); its library is called through ctypes."""
+"""The CUDA kernels (every CuPy RawModule source of the library) compile for the GPU
+node's architecture (sm_90) with NVRTC, here, without a GPU: a compile error found here
+costs no device time. NVRTC comes from the nvidia-cuda-nvrtc wheel (the [test] extra);
+its library is called through ctypes."""
 
 import ctypes
 import glob
@@ -9,7 +10,12 @@ import os
 import numpy as np
 import pytest
 
+from insitu import ranges
+from insitu.transports import p2p
+from render.cells import _contour_gpu as cells
 from render.contour import _gpu
+from render.raster import _gpu as raster
+from render.volume import _gpu as volume
 
 ARCH = "sm_90"  # H100 and H200
 
@@ -64,3 +70,18 @@ def test_marching_cubes_kernels_compile(nvrtc, dtype):
     rc, log, lowered = compile_cuda(nvrtc, code, names, options)
     assert rc == 0, nvrtc.nvrtcGetErrorString(rc).decode() + "\n" + log
     assert set(lowered) == set(names) and all(v.startswith("_Z") for v in lowered.values())
+
+
+@pytest.mark.parametrize("id_t, val_t", [("int", "float"), ("long long", "double"), ("int", "double")])
+def test_cell_contour_kernels_compile(nvrtc, id_t, val_t):
+    code, names, options = cells.source(id_t, val_t, "float", "float")
+    rc, log, _ = compile_cuda(nvrtc, code, names, options)
+    assert rc == 0, log
+
+
+@pytest.mark.parametrize("module", [ranges, volume, raster, p2p], ids=lambda m: m.__name__)
+def test_other_kernels_compile(nvrtc, module):
+    code, names, options = module.source()
+    rc, log, lowered = compile_cuda(nvrtc, code, names, options)
+    assert rc == 0, log
+    assert set(lowered) == set(names)

@@ -92,12 +92,18 @@ extern "C" __global__ void p2p_await(const long long* __restrict__ epoch, unsign
 """
 
 
+def source() -> tuple[str, list[str], tuple[str, ...]]:
+    """The CUDA source of the transport's kernels, their names and the compile options."""
+    return _SOURCE, ["p2p_begin", "p2p_post", "p2p_await"], ()
+
+
 @functools.cache
 def _kernels():
     import cupy
 
+    code, _, options = source()
     compiling(_log, "the p2p transport kernels", cupy_cache_dir())
-    mod = cupy.RawModule(code=_SOURCE)
+    mod = cupy.RawModule(code=code, options=options)
     return mod.get_function("p2p_begin"), mod.get_function("p2p_post"), mod.get_function("p2p_await")
 
 

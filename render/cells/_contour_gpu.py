@@ -284,17 +284,24 @@ extern "C" __global__ void cc_faces(int* __restrict__ faces, const long long n, 
 """
 
 
+def source(id_t: str, val_t: str, pt_t: str, col_t: str) -> tuple[str, list[str], tuple[str, ...]]:
+    """The CUDA source of the kernels for one combination of id, value, point and colour
+    C types (extern "C": no instances to name) and the compile options. No fused
+    multiply-adds: the vertices come out bit for bit as on the CPU."""
+    defs = f"#define ID {id_t}\n#define VAL {val_t}\n#define PT {pt_t}\n#define COL {col_t}\n"
+    src = defs + _SOURCE % {"block": _BLOCK, "cpt": _CPT, "max_slots": MAX_SLOTS, "max_faces": MAX_FACES}
+    return src, [], ("-std=c++14", "--fmad=false")
+
+
 @functools.cache
 def _module(id_t: str, val_t: str, pt_t: str, col_t: str):
     """The kernels for one combination of id, value, point and colour types."""
     import cupy
 
-    defs = f"#define ID {id_t}\n#define VAL {val_t}\n#define PT {pt_t}\n#define COL {col_t}\n"
-    src = defs + _SOURCE % {"block": _BLOCK, "cpt": _CPT, "max_slots": MAX_SLOTS, "max_faces": MAX_FACES}
+    code, _, options = source(id_t, val_t, pt_t, col_t)
     compiling(_log, f"the cell contour kernels (cc_*) for ids {id_t}, values {val_t}, points {pt_t}, colour {col_t}",
               cupy_cache_dir())
-    # no fused multiply-adds: the vertices come out bit for bit as on the CPU
-    return cupy.RawModule(code=src, options=("-std=c++14", "--fmad=false"))
+    return cupy.RawModule(code=code, options=options)
 
 
 _tables_on: dict[int, tuple] = {}  # device -> tables

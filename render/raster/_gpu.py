@@ -278,13 +278,20 @@ extern "C" __global__ void __launch_bounds__(256) vis_lines(const float* __restr
 """
 
 
+def source() -> tuple[str, list[str], tuple[str, ...]]:
+    """The CUDA source of the rasterizer (extern "C" kernels: no instances to name) and
+    the compile options. No fused multiply-adds: the edge planes of a shared edge must
+    negate exactly."""
+    return _source(), [], ("-std=c++14", "--fmad=false")
+
+
 @functools.cache
 def _module():
     import cupy
 
+    code, _, options = source()
     compiling(_log, "the rasterizer kernels", cupy_cache_dir())
-    # No fused multiply-adds: the edge planes of a shared edge must negate exactly.
-    return cupy.RawModule(code=_source(), options=("-std=c++14", "--fmad=false"))
+    return cupy.RawModule(code=code, options=options)
 
 
 def render(verts, faces, normals, values, params: dict, width: int, height: int, rgba, depth, keys) -> None:

@@ -176,12 +176,18 @@ def supported(dtype) -> bool:
     return np.dtype(dtype) in _TYPES
 
 
+def source() -> tuple[str, list[str], tuple[str, ...]]:
+    """The CUDA source of the ray caster, its instances and the compile options."""
+    return SRC, list(_NAMES.values()), ("-std=c++14",)
+
+
 @functools.cache
 def _module():
     import cupy
 
+    code, names, options = source()
     compiling(_log, "the ray casting kernels (vr_render)", cupy_cache_dir())
-    return cupy.RawModule(code=SRC, options=("-std=c++14",), name_expressions=list(_NAMES.values()))
+    return cupy.RawModule(code=code, options=options, name_expressions=names)
 
 
 def render(vol, lut, params: dict, ax, rgba, depth) -> None:
