@@ -22,14 +22,11 @@ ARCH = "sm_90"  # H100 and H200
 
 @pytest.fixture(scope="module")
 def nvrtc():
-    try:
-        import nvidia
-    except ImportError:
-        pytest.skip("needs the nvidia-cuda-nvrtc wheel (pip install -e '.[test]')")
+    import nvidia  # the nvidia-cuda-nvrtc wheel, a dependency of the [test] extra
+
     found = [p for d in nvidia.__path__ for p in sorted(glob.glob(os.path.join(d, "*", "lib", "libnvrtc.so.*")))
              if "builtins" not in p and ".alt." not in p]
-    if not found:
-        pytest.skip("needs the nvidia-cuda-nvrtc wheel: no libnvrtc under the nvidia package")
+    assert found, f"no libnvrtc under {list(nvidia.__path__)}: is the nvidia-cuda-nvrtc wheel installed whole?"
     lib = ctypes.CDLL(found[-1])
     lib.nvrtcGetErrorString.restype = ctypes.c_char_p
     return lib

@@ -141,13 +141,14 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
         totals = xp.concatenate([bad.astype(xp.int64), vti[ntiles - 1:-1:ntiles].astype(xp.int64)])
 
         def generate(mesh, room, vend=None):
+            vedge = sc.edges(room[0])
             for n, lev in enumerate(levels):
                 lev_tiles = slice(n * ntiles, (n + 1) * ntiles)
                 starts = (local[0, n], local[1, n], tiles[0, n], tiles[1, n], vti[lev_tiles], tti[lev_tiles])
                 known = None if vend is None else vend[n] - (vend[n - 1] if n else 0)
                 _gpu.generate(vol, ext, lev, lo, hi, chunk, counts[0, n], counts[1, n], starts, vti, n, ntiles,
                               room, known, tables, geo, offset, vals, mesh[4], kdims, n * per_level, *mesh[:4],
-                              sc.edges(room[0]), units[n], ranges is not None)
+                              vedge, units[n], ranges is not None)
 
         room = sc.room if out is None else None
         if room is not None:

@@ -205,14 +205,9 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
         int* ntri_out, int* __restrict__ vloc, int* __restrict__ tloc, int* __restrict__ vtile,
         int* __restrict__ ttile, unsigned long long* stats, int* units) {
     __shared__ unsigned char s_ntri[256];  // by quad() bits
-    __shared__ unsigned s_cnt[256];  // by quad() bits: vertices of the cube's first point, triangles << 16
     __shared__ int s_next;
     const int tid = threadIdx.y * 32 + threadIdx.x;
-    for (int q = tid; q < 256; q += blockDim.x * blockDim.y) {
-        s_ntri[q] = ntri[case_of(q)];
-        const int c0 = q & 1;  // the point's edges along axes 0, 1, 2 end at quad() bits 4, 2, 1
-        s_cnt[q] = (c0 ^ ((q >> 4) & 1)) + (c0 ^ ((q >> 2) & 1)) + (c0 ^ ((q >> 1) & 1)) + (s_ntri[q] << 16);
-    }
+    for (int q = tid; q < 256; q += blockDim.x * blockDim.y) s_ntri[q] = ntri[case_of(q)];
     __syncthreads();
     const int lane = threadIdx.x;
     int part, calls = 0;
@@ -232,9 +227,8 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
     const long long s0 = g.s0, s1 = g.s1;
     const T* p = v + i0 * s0 + j0 * s1 + (long long)k * g.s2;
     int nv[R], nt[R];
-    unsigned packed[R];  // packed: the F path's counts, vertices + (triangles << 16)
     #pragma unroll
-    for (int r = 0; r < R; ++r) nv[r] = nt[r] = packed[r] = 0;
+    for (int r = 0; r < R; ++r) nv[r] = nt[r] = 0;
     float acc = 0.0f;
     auto run = [&](auto full) {
         constexpr bool F = decltype(full)::value;
@@ -264,18 +258,7 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
             #pragma unroll
             for (int r = 0; r <= R; ++r)
                 if (F || r < nrow) d |= (M[r] ^ z) | (N[r] ^ z);
-            if (F && ((d & u) != 0u || (z != 0u && z != u))) {
-                // Every row and lane in the box, none of the own lanes at its last point:
-                // a point's vertices and its cube's triangles come from one table look-up.
-                unsigned sm[R + 1], sn[R + 1];
-                #pragma unroll
-                for (int r = 0; r <= R; ++r) { sm[r] = (M[r] >> lane) & 3u; sn[r] = (N[r] >> lane) & 3u; }
-                #pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    const unsigned c = s_cnt[sm[r] | (sm[r + 1] << 2) | (sn[r] << 4) | (sn[r + 1] << 6)];
-                    packed[r] += xok ? c : c & 0xFFFFu;  // no plane i + 1: no cube
-                }
-            } else if ((d & u) != 0u || (z != 0u && z != u)) {  // else every sample on one side: nothing crossed
+            if ((d & u) != 0u || (z != 0u && z != u)) {  // else every sample on one side: nothing crossed
                 #pragma unroll
                 for (int r = 0; r < R; ++r) {
                     if (!F && r >= nrow) continue;
@@ -297,10 +280,7 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
             step(i + 1, q2);
         }
     };
-    // F: a chunk's counts fit the packed halves (3 and 5 per plane)
-    if (nrow == R + 1 && U == FULL && b.chunk <= 13107) run(Bool<true>()); else run(Bool<false>());
-    #pragma unroll
-    for (int r = 0; r < R; ++r) { nv[r] += packed[r] & 0xFFFF; nt[r] += packed[r] >> 16; }
+    if (nrow == R + 1 && U == FULL) run(Bool<true>()); else run(Bool<false>());
     // The first level of the scan: a tile is the TILE segments of one row a warp counts;
     // vloc/tloc: a segment's first vertex/face within its tile, vtile/ttile: the tile's
     // totals (tile (c * m1 + j - lo1) * nby + by, in segment order).
