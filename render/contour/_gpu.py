@@ -360,13 +360,13 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
         int* __restrict__ faces, long long* __restrict__ vedge, const unsigned vroom, const unsigned froom,
         int* units) {
     __shared__ unsigned char s_case[256], s_ntri[256];  // case by quad() bits; triangles by case
-    __shared__ unsigned short s_tri[256 * 5];  // a case's triangles: edges e0 | e1 << 4 | e2 << 8
+    __shared__ __align__(16) unsigned char s_tri[256 * 16];  // a case's 15 triangle edges in 16 bytes
     __shared__ int s_vid[12 * 256];  // vertex number per cube edge, per thread
     __shared__ int s_next;
     const int tid = threadIdx.y * 32 + threadIdx.x;
     for (int q = tid; q < 256; q += 256) { s_case[q] = (unsigned char)case_of(q); s_ntri[q] = ntri[q]; }
-    for (int q = tid; q < 256 * 5; q += 256)
-        s_tri[q] = (unsigned short)(tri[3 * q] | (tri[3 * q + 1] << 4) | (tri[3 * q + 2] << 8));
+    for (int q = tid; q < 256 * 16; q += 256)
+        s_tri[q] = (q & 15) < 15 ? (unsigned char)tri[15 * (q >> 4) + (q & 15)] : 0;
     __syncthreads();
     const int lane = threadIdx.x;
     const int m1 = b.hi1 - b.lo1 + 1, m2 = b.hi2 - b.lo2 + 1;
@@ -423,11 +423,8 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
         if (i0 + 1 <= b.hi0) ballot_rows<F>(q1, nr, kin, level, levelf, Bm);
         if (i0 + 2 <= b.hi0) ballot_rows<F>(q2, nr, kin, level, levelf, Cm);
         crossings(A, Bm, i0 < b.hi0, nr, K2, XP);
-        p += 5 * s0;  // from here on: plane i + 5, the next to load
-        // S: planes up to i + 5 exist and i + 3 is in the chunk (no bounds to test: most of a chunk).
-        auto step = [&](const int i, Rows<T, 3>& q, auto safe) {
-            constexpr bool S = decltype(safe)::value;
-            crossings(Bm, Cm, S || i + 1 < b.hi0, nr, K2, XN);
+        auto step = [&](const int i, Rows<T, 3>& q) {
+            crossings(Bm, Cm, i + 1 < b.hi0, nr, K2, XN);
             // Every edge of the lanes' cubes and of their points: plane i all axes, plane
             // i + 1 along j and k (bits up to 30: lanes 0..29 and their k + 1 neighbours).
             const unsigned any = XP[0][0] | XP[0][1] | XP[0][2] | XP[1][0] | XP[1][1] | XP[1][2] | XN[0][1]
@@ -444,7 +441,7 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
                             if ((unsigned)n < vroom) vedge[n] = pack(i, j, k, a);
                             ++n;
                         }
-                    if (cube_jk && (S || i < b.hi0)) {
+                    if (cube_jk && i < b.hi0) {
                         const int cs = s_case[quad(A[0], A[1], Bm[0], Bm[1], lane)];
                         const int nt = s_ntri[cs];
                         if (nt) {
@@ -452,7 +449,7 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
                             #pragma unroll
                             for (int r = 0; r < 4; ++r) {
                                 Bn[r] = edge_bits(XN[r >> 1], (lane + (r & 1)) & 31);
-                                if (!S && i == i1) {  // the next plane starts the next chunk's segments
+                                if (i == i1) {  // the next plane starts the next chunk's segments
                                     const long long s = seg + (long long)m1 * m2 + (r >> 1) * m2 + (r & 1);
                                     nb[r] = first_vertex(s, c + 1, r1 + (r >> 1), r2 + (r & 1));
                                 } else {
@@ -465,18 +462,13 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
                                 s_vid[e * 256 + tid] = eb0[e] ? nb[r] + __popc(Bn[r] & below)
                                                               : cnt[r] + __popc(B[r] & below);
                             }
-                            // A triangle at a time: the warp goes round as often as its lane with
-                            // the most triangles needs (most cubes have one or two, of up to five).
+                            const uint4 row = *reinterpret_cast<const uint4*>(s_tri + 16 * cs);
+                            const unsigned w[4] = {row.x, row.y, row.z, row.w};
                             int* f = faces + 3 * (long long)t;
-                            const int ntw = (unsigned)(t + nt) <= froom ? nt : 0;  // the room's end
-                            const unsigned short* tr = s_tri + 5 * cs;
-                            #pragma unroll 1
-                            for (int m = 0; m < ntw; ++m, f += 3) {
-                                const unsigned w = tr[m];
-                                f[0] = s_vid[((w & 15u) << 8) + tid];
-                                f[1] = s_vid[(((w >> 4) & 15u) << 8) + tid];
-                                f[2] = s_vid[((w >> 8) << 8) + tid];
-                            }
+                            const int ne = (unsigned)(t + nt) <= froom ? 3 * nt : 0;  // the room's end
+                            #pragma unroll
+                            for (int e = 0; e < 15; ++e)
+                                if (e < ne) f[e] = s_vid[((w[e >> 2] >> (8 * (e & 3))) & 0xFFu) * 256 + tid];
                             t += nt;
                         }
                     }
@@ -491,19 +483,14 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
                 #pragma unroll
                 for (int a = 0; a < 3; ++a) XP[dj][a] = XN[dj][a];
             // q: plane i + 3, then i + 5 (q3 and q4 alternate)
-            if (S || (i + 3 <= b.hi0 && i < i1)) ballot_rows<F>(q, nr, kin, level, levelf, Cm);
-            if (S || (i + 5 <= b.hi0 && i + 3 <= i1)) load_rows<F>(p, s1, nr, kin, q);
+            if (i + 3 <= b.hi0 && i < i1) ballot_rows<F>(q, nr, kin, level, levelf, Cm);
+            if (i + 5 <= b.hi0 && i + 3 <= i1) load_rows<F>(p + 5 * s0, s1, nr, kin, q);
             p += s0;
         };
-        int i = i0;
-        for (; i + 6 <= b.hi0 && i + 4 <= i1; i += 2) {
-            step(i, q3, Bool<true>());
-            step(i + 1, q4, Bool<true>());
-        }
-        for (; i <= i1; i += 2) {
-            step(i, q3, Bool<false>());
+        for (int i = i0; i <= i1; i += 2) {
+            step(i, q3);
             if (i + 1 > i1) break;
-            step(i + 1, q4, Bool<false>());
+            step(i + 1, q4);
         }
     };
     if (nrow == 3 && k - lane + 31 <= b.hi2) run(Bool<true>()); else run(Bool<false>());
