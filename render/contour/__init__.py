@@ -101,7 +101,7 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     if gpu:  # per segment its start within its tile, per tile its totals (see _gpu.count)
         ntiles = _gpu.tile_count(lo, hi, chunk)
         sc = _gpu.Scratch.get(len(levels), nseg, ntiles, int(np.prod(_gpu.unit_grid(lo, hi, chunk))),
-                              ranges is not None)
+                              _gpu.plane_word_count(lo, hi, chunk), ranges is not None)
         counts, local, tiles, units, active, bad = sc.counts, sc.local, sc.tiles, sc.units, sc.active, sc.bad
     else:  # per segment its start within its task, per task its totals (see _cpu.count)
         counts = _cpu.scratch.take((2, len(levels), nseg), np.int32)  # kept scratch, see _cpu.ScratchPool
@@ -113,7 +113,7 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
             if ranges is not None:
                 _gpu.select(ranges, lev, lo, hi, chunk, active, units[n])
             _gpu.count(vol, ext, lev, lo, hi, chunk, tables, counts[0, n], counts[1, n], local[0, n], local[1, n],
-                       tiles[0, n], tiles[1, n], bad, units[n], ranges is not None)
+                       tiles[0, n], tiles[1, n], bad, units[n], sc.planes[n], ranges is not None)
         else:
             bad += _cpu.count(vol, lev, lo_a, hi_a, chunk, tables[0], counts[0, n], counts[1, n], tasks[0, n],
                               tasks[1, n])
@@ -148,7 +148,7 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
                 known = None if vend is None else vend[n] - (vend[n - 1] if n else 0)
                 _gpu.generate(vol, ext, lev, lo, hi, chunk, counts[0, n], counts[1, n], starts, vti, n, ntiles,
                               room, known, tables, geo, offset, vals, mesh[4], kdims, n * per_level, *mesh[:4],
-                              vedge, units[n], ranges is not None)
+                              vedge, units[n], sc.planes[n], ranges is not None)
 
         room = sc.room if out is None else None
         if room is not None:

@@ -133,6 +133,13 @@ __device__ __forceinline__ int next_work(int* units, int counter, int parts, int
     return n < parts * units[0] ? units[3 + n / parts] : -1;
 }
 
+// Where pass 1 keeps the plane words of its warp of rows lo1 + R g .. (and the next
+// row), points of unit column by, chunk c: (chunk + 31) / 32 words (see mc_count).
+__device__ __forceinline__ long long plane_words(const Box& b, int c, int g, int by, int R) {
+    const int ng = (b.hi1 - b.lo1 + R) / R, nw = (b.chunk + 31) / 32;
+    return (((long long)c * ng + g) * b.nby + by) * nw;
+}
+
 template <typename T>
 __device__ __forceinline__ double at(const T* v, const Vol& g, int i, int j, int k) {
     return (double)v[i * g.s0 + j * g.s1 + k * g.s2];
@@ -203,7 +210,7 @@ template <typename T, int R, int MINB, bool LIST>
 __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, const Vol g, const Box b,
         const double level, const float levelf, const signed char* __restrict__ ntri, int* nvert_out,
         int* ntri_out, int* __restrict__ vloc, int* __restrict__ tloc, int* __restrict__ vtile,
-        int* __restrict__ ttile, unsigned long long* stats, int* units) {
+        int* __restrict__ ttile, unsigned long long* stats, int* units, unsigned* __restrict__ planes) {
     __shared__ unsigned char s_ntri[256];  // by quad() bits
     __shared__ int s_next;
     const int tid = threadIdx.y * 32 + threadIdx.x;
@@ -230,6 +237,9 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
     #pragma unroll
     for (int r = 0; r < R; ++r) nv[r] = nt[r] = 0;
     float acc = 0.0f;
+    // bit i - i0 of the warp's plane words: plane i of its rows and points is not all on one side
+    unsigned* const pw = planes + plane_words(b, c, (j0 - b.lo1) / R, by, R);
+    unsigned pm = 0u;
     auto run = [&](auto full) {
         constexpr bool F = decltype(full)::value;
         const unsigned u = F ? FULL : U;
@@ -258,7 +268,13 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
             #pragma unroll
             for (int r = 0; r <= R; ++r)
                 if (F || r < nrow) d |= (M[r] ^ z) | (N[r] ^ z);
-            if ((d & u) != 0u || (z != 0u && z != u)) {  // else every sample on one side: nothing crossed
+            const bool mixed = (d & u) != 0u || (z != 0u && z != u);  // else every sample on one side
+            pm |= (unsigned)mixed << ((i - i0) & 31);
+            if (((i - i0) & 31) == 31 || i == i1) {
+                if (lane == 0) pw[(i - i0) >> 5] = pm;
+                pm = 0u;
+            }
+            if (mixed) {
                 #pragma unroll
                 for (int r = 0; r < R; ++r) {
                     if (!F && r >= nrow) continue;
@@ -358,7 +374,7 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
         const int* __restrict__ ttile, const int* __restrict__ vti, const int* __restrict__ tti, const int ntk,
         const signed char* __restrict__ ntri, const signed char* __restrict__ tri,
         int* __restrict__ faces, long long* __restrict__ vedge, const unsigned vroom, const unsigned froom,
-        int* units) {
+        int* units, const unsigned* __restrict__ planes) {
     __shared__ unsigned char s_case[256], s_ntri[256];  // case by quad() bits; triangles by case
     __shared__ __align__(16) unsigned char s_tri[256 * 16];  // a case's 15 triangle edges in 16 bytes
     __shared__ int s_vid[12 * 256];  // vertex number per cube edge, per thread
@@ -385,6 +401,25 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     const int i0 = b.lo0 + c * b.chunk, i1 = min(i0 + b.chunk - 1, b.hi0);
     const long long seg = ((long long)c * m1 + r1) * m2 + r2;
     if (!__any_sync(FULL, own && (nvert[seg] | ntri_seg[seg]))) continue;
+    // The planes to walk: from the first to the last where pass 1 saw samples of rows j ..
+    // j + 2 on both sides (its warps of CR rows hold rows j0 .. j0 + CR: one or two of them).
+    // Outside them no edge of these rows is crossed: no vertex, no face, counts unchanged.
+    int ia, ib;
+    {
+        constexpr int CR = UROWS / 8;
+        const int g = r1 / CR, nw = (b.chunk + 31) / 32;
+        const bool two = r1 %% CR > CR - 2 && (g + 1) * CR <= b.hi1 - b.lo1;
+        const unsigned* pw = planes + plane_words(b, c, g, by, CR);
+        const unsigned* pn = two ? planes + plane_words(b, c, g + 1, by, CR) : pw;
+        ia = i1 + 1;
+        ib = i0 - 1;
+        for (int w = 0; w < nw; ++w) {
+            const unsigned m = pw[w] | pn[w];
+            if (m && ia > i1) ia = i0 + 32 * w + __ffs(m) - 1;
+            if (m) ib = i0 + 32 * w + 31 - __clz(m);
+        }
+        if (ia > ib) continue;
+    }
     const int nrow = min(3, b.hi1 - j + 1);
     const unsigned K2 = __ballot_sync(FULL, lane < 31 && k < b.hi2);
     const bool cube_jk = own && j < b.hi1 && k < b.hi2;
@@ -406,7 +441,7 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
         t = tti[tile] - ttile[tile] + tloc[seg];
     }
     const long long s0 = g.s0, s1 = g.s1;
-    const T* p = v + i0 * s0 + j * s1 + (long long)k * g.s2;
+    const T* p = v + ia * s0 + j * s1 + (long long)k * g.s2;
     const int eb0[12] = EDGE_I, eb1[12] = EDGE_J, eb2[12] = EDGE_K, ea[12] = EDGE_A;
     auto run = [&](auto full) {
         constexpr bool F = decltype(full)::value;
@@ -415,14 +450,14 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
         Rows<T, 3> q0, q1, q2, q3, q4;  // q3, q4: planes i + 3, i + 4 in flight
         // The first planes' loads all go out before any is waited for.
         load_rows<F>(p, s1, nr, kin, q0);
-        if (i0 + 1 <= b.hi0) load_rows<F>(p + s0, s1, nr, kin, q1);
-        if (i0 + 2 <= b.hi0) load_rows<F>(p + 2 * s0, s1, nr, kin, q2);
-        if (i0 + 3 <= b.hi0 && i0 + 1 <= i1) load_rows<F>(p + 3 * s0, s1, nr, kin, q3);
-        if (i0 + 4 <= b.hi0 && i0 + 2 <= i1) load_rows<F>(p + 4 * s0, s1, nr, kin, q4);
+        if (ia + 1 <= b.hi0) load_rows<F>(p + s0, s1, nr, kin, q1);
+        if (ia + 2 <= b.hi0) load_rows<F>(p + 2 * s0, s1, nr, kin, q2);
+        if (ia + 3 <= b.hi0 && ia + 1 <= i1) load_rows<F>(p + 3 * s0, s1, nr, kin, q3);
+        if (ia + 4 <= b.hi0 && ia + 2 <= i1) load_rows<F>(p + 4 * s0, s1, nr, kin, q4);
         ballot_rows<F>(q0, nr, kin, level, levelf, A);
-        if (i0 + 1 <= b.hi0) ballot_rows<F>(q1, nr, kin, level, levelf, Bm);
-        if (i0 + 2 <= b.hi0) ballot_rows<F>(q2, nr, kin, level, levelf, Cm);
-        crossings(A, Bm, i0 < b.hi0, nr, K2, XP);
+        if (ia + 1 <= b.hi0) ballot_rows<F>(q1, nr, kin, level, levelf, Bm);
+        if (ia + 2 <= b.hi0) ballot_rows<F>(q2, nr, kin, level, levelf, Cm);
+        crossings(A, Bm, ia < b.hi0, nr, K2, XP);
         auto step = [&](const int i, Rows<T, 3>& q) {
             crossings(Bm, Cm, i + 1 < b.hi0, nr, K2, XN);
             // Every edge of the lanes' cubes and of their points: plane i all axes, plane
@@ -487,9 +522,9 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
             if (i + 5 <= b.hi0 && i + 3 <= i1) load_rows<F>(p + 5 * s0, s1, nr, kin, q);
             p += s0;
         };
-        for (int i = i0; i <= i1; i += 2) {
+        for (int i = ia; i <= ib; i += 2) {
             step(i, q3);
-            if (i + 1 > i1) break;
+            if (i + 1 > ib) break;
             step(i + 1, q4);
         }
     };
@@ -694,26 +729,27 @@ class Scratch:
     KEEP = 2
 
     @classmethod
-    def get(cls, nlevels: int, nseg: int, ntiles: int, nunits: int, listed: bool) -> "Scratch":
+    def get(cls, nlevels: int, nseg: int, ntiles: int, nunits: int, nwords: int, listed: bool) -> "Scratch":
         """The scratch for this geometry on the current device, stream and thread, zeroed where it must be."""
         import cupy
 
         key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, threading.get_ident(), nlevels, nseg,
-               ntiles, nunits, listed)
-        sc = cls._kept.pop(key, None) or cls(nlevels, nseg, ntiles, nunits, listed)
+               ntiles, nunits, nwords, listed)
+        sc = cls._kept.pop(key, None) or cls(nlevels, nseg, ntiles, nunits, nwords, listed)
         cls._kept[key] = sc  # the most recent last
         while len(cls._kept) > cls.KEEP:
             cls._kept.pop(next(iter(cls._kept)))
         sc.zero()
         return sc
 
-    def __init__(self, nlevels: int, nseg: int, ntiles: int, nunits: int, listed: bool):
+    def __init__(self, nlevels: int, nseg: int, ntiles: int, nunits: int, nwords: int, listed: bool):
         import cupy
 
-        (self.counts, self.local, self.tiles, self.bad, self.units, self.active) = mesh_arrays([
+        (self.counts, self.local, self.tiles, self.planes, self.bad, self.units, self.active) = mesh_arrays([
             (np.int32, (2, nlevels, nseg)), (np.int32, (2, nlevels, nseg)),
             # from here to the end of `units` (listed) or of `bad`: zeroed per call
             (np.int32, (2, nlevels, ntiles)),  # tiles: tiles of units not visited hold nothing
+            (np.uint32, (nlevels, nwords)),  # planes: pass 1's plane words, none in units not visited
             (np.uint64, (3,)),  # bad: non-finite flag, vertex and triangle totals
             (np.int32, (nlevels, 3 + nunits)),  # units: per level how many, which (see select)
             (np.uint8, (nunits,))])  # active
@@ -762,6 +798,14 @@ def select(ranges, level, lo, hi, chunk, active, units) -> None:
     _kernel("list")(blocks, (256,), (active, box, np.int32(n), units))
 
 
+def plane_word_count(lo, hi, chunk) -> int:
+    """Pass 1's plane words of the box (see mc_count): per chunk, warp of rows and unit
+    column, a bit per plane."""
+    m = [h - l + 1 for l, h in zip(lo, hi)]
+    rows = int(_KERNELS["count"].split(",")[0])
+    return ((m[0] - 1) // chunk + 1) * -(-m[1] // rows) * unit_grid(lo, hi, chunk)[2] * -(-chunk // 32)
+
+
 def tile_count(lo, hi, chunk) -> int:
     """Tiles of the box: (chunks x rows) x tiles per row."""
     m = [h - l + 1 for l, h in zip(lo, hi)]
@@ -776,30 +820,34 @@ def _launch(kind: str, vol, lo, hi, chunk, listed: bool) -> tuple:
 
 
 def count(vol, ext, level, lo, hi, chunk, tables, nvert_out, ntri_out, vloc, tloc, vtile, ttile, stats,
-          units, listed: bool) -> None:
+          units, planes, listed: bool) -> None:
     """Pass 1 (see _cpu.count) over the units listed by select() and the first level of
     the scan: per segment its counts and its first vertex and face within its tile
     (`vloc`, `tloc`), per tile its totals (`vtile`, `ttile`, zeroed by the caller; see
     tile_count). Adds to the device uint64 `stats`: [0] the number of warps that met a
     non-finite sample, [1] vertices, [2] triangles (totals in 64 bits, so int32 scans can
-    be trusted when these fit int32). `listed`: units from select(), else every unit (a
-    list 0, 1, ... of them all)."""
+    be trusted when these fit int32). `planes` (uint32, plane_word_count, zeroed by the
+    caller) gets a bit per plane where a warp's samples are not all on one side, which the
+    walk uses to skip the planes before the first and after the last. `listed`: units from
+    select(), else every unit (a list 0, 1, ... of them all)."""
     grid, block = _launch("count", vol, lo, hi, chunk, listed)
     box = _box(tuple(lo), tuple(hi), chunk)
     _kernel("count", vol.dtype, listed)(grid, block, (vol, _vol(vol, ext), box, np.float64(level), _levelf(level),
                                                       tables[0], nvert_out, ntri_out, vloc, tloc, vtile, ttile, stats,
-                                                      units))
+                                                      units, planes))
 
 
 def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, starts, vti, n, ntiles, room, known, tables, geo,
-             offset, vals, keys, dims, keybase, verts, faces, normals, vout, vedge, units, listed: bool) -> None:
+             offset, vals, keys, dims, keybase, verts, faces, normals, vout, vedge, units, planes,
+             listed: bool) -> None:
     """Pass 2 (see _cpu.generate) for level `n`: faces and vertex edges per segment, then
     its vertices one per thread. `starts`: count()'s vloc, tloc, vtile, ttile and the
     level's inclusive int32 scans of vtile and ttile (global numbering); `vti`: the scan
     of every level's tiles (`ntiles` a level), where the vertex kernel finds the level's
     first and last vertex; `room`: (vertices, faces) the mesh arrays hold, nothing is
     written beyond (the counts may not be known yet); `known`: the level's vertex count
-    when it is; `vals`, `keys`, `vout` may be None; `vedge`: int64 scratch, room[0]."""
+    when it is; `vals`, `keys`, `vout` may be None; `vedge`: int64 scratch, room[0];
+    `planes`: count()'s plane words of the level."""
     if max(h - l for l, h in zip(lo, hi)) >= 2**20:
         raise ValueError(f"marching_cubes: box {lo}..{hi} is too long for the GPU path (2^20 samples per axis)")
     if known == 0:  # nothing crossed at this level: no faces either
@@ -810,7 +858,8 @@ def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, starts, vti, n, nt
     ntk = unit_grid(lo, hi, chunk)[2]
     _kernel("walk", vol.dtype, listed)(grid, block, (vol, g, box, np.float64(level), _levelf(level), nvert,
                                                      ntri_seg, *starts, np.int32(ntk), tables[0], tables[1], faces,
-                                                     vedge, np.uint32(room[0]), np.uint32(room[1]), units))
+                                                     vedge, np.uint32(room[0]), np.uint32(room[1]), units,
+                                                     planes))
     ptr = lambda a: 0 if a is None else a.data.ptr  # noqa: E731
     vg = _vol(vals, ext) if vals is not None else np.zeros((), _record(tuple(_VOL)))
     o = _struct(_OUT, [geo[:3], 1.0 / geo[:3], geo[3:], offset, dims, keybase, ptr(verts), ptr(faces),
