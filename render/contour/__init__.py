@@ -101,7 +101,7 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     if gpu:  # per segment its start within its tile, per tile its totals (see _gpu.count)
         ntiles = _gpu.tile_count(lo, hi, chunk)
         sc = _gpu.Scratch.get(len(levels), nseg, ntiles, int(np.prod(_gpu.unit_grid(lo, hi, chunk))),
-                              _gpu.plane_word_count(lo, hi, chunk), ranges is not None)
+                              _gpu.span_count(lo, hi, chunk), ranges is not None)
         counts, local, tiles, units, active, bad = sc.counts, sc.local, sc.tiles, sc.units, sc.active, sc.bad
     else:  # per segment its start within its task, per task its totals (see _cpu.count)
         counts = _cpu.scratch.take((2, len(levels), nseg), np.int32)  # kept scratch, see _cpu.ScratchPool

@@ -133,11 +133,13 @@ __device__ __forceinline__ int next_work(int* units, int counter, int parts, int
     return n < parts * units[0] ? units[3 + n / parts] : -1;
 }
 
-// Where pass 1 keeps the plane words of its warp of rows lo1 + R g .. (and the next
-// row), points of unit column by, chunk c: (chunk + 31) / 32 words (see mc_count).
-__device__ __forceinline__ long long plane_words(const Box& b, int c, int g, int by, int R) {
-    const int ng = (b.hi1 - b.lo1 + R) / R, nw = (b.chunk + 31) / 32;
-    return (((long long)c * ng + g) * b.nby + by) * nw;
+// Where pass 1 keeps the span of planes of its warp of rows lo1 + R g .. (and the next
+// row), points of unit column by, chunk c: the first and last plane where those samples
+// are not all on one side, as (first - i0 + 1) << 16 | (last - i0 + 1); 0: none (or a
+// warp of a unit not visited).
+__device__ __forceinline__ long long span_of(const Box& b, int c, int g, int by, int R) {
+    const int ng = (b.hi1 - b.lo1 + R) / R;
+    return ((long long)c * ng + g) * b.nby + by;
 }
 
 template <typename T>
@@ -237,9 +239,8 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
     #pragma unroll
     for (int r = 0; r < R; ++r) nv[r] = nt[r] = 0;
     float acc = 0.0f;
-    // bit i - i0 of the warp's plane words: plane i of its rows and points is not all on one side
-    unsigned* const pw = planes + plane_words(b, c, (j0 - b.lo1) / R, by, R);
-    unsigned pm = 0u;
+    // the first and last plane where the warp's samples are not all on one side (see span_of)
+    int first = -1, last = -1;
     auto run = [&](auto full) {
         constexpr bool F = decltype(full)::value;
         const unsigned u = F ? FULL : U;
@@ -269,12 +270,9 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
             for (int r = 0; r <= R; ++r)
                 if (F || r < nrow) d |= (M[r] ^ z) | (N[r] ^ z);
             const bool mixed = (d & u) != 0u || (z != 0u && z != u);  // else every sample on one side
-            pm |= (unsigned)mixed << ((i - i0) & 31);
-            if (((i - i0) & 31) == 31 || i == i1) {
-                if (lane == 0) pw[(i - i0) >> 5] = pm;
-                pm = 0u;
-            }
             if (mixed) {
+                first = first < 0 ? i : first;
+                last = i;
                 #pragma unroll
                 for (int r = 0; r < R; ++r) {
                     if (!F && r >= nrow) continue;
@@ -297,6 +295,8 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
         }
     };
     if (nrow == R + 1 && U == FULL) run(Bool<true>()); else run(Bool<false>());
+    if (lane == 0)
+        planes[span_of(b, c, (j0 - b.lo1) / R, by, R)] = first < 0 ? 0u : (first - i0 + 1) << 16 | (last - i0 + 1);
     // The first level of the scan: a tile is the TILE segments of one row a warp counts;
     // vloc/tloc: a segment's first vertex/face within its tile, vtile/ttile: the tile's
     // totals (tile (c * m1 + j - lo1) * nby + by, in segment order).
@@ -407,17 +407,13 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     int ia, ib;
     {
         constexpr int CR = UROWS / 8;
-        const int g = r1 / CR, nw = (b.chunk + 31) / 32;
+        const int g = r1 / CR;
         const bool two = r1 %% CR > CR - 2 && (g + 1) * CR <= b.hi1 - b.lo1;
-        const unsigned* pw = planes + plane_words(b, c, g, by, CR);
-        const unsigned* pn = two ? planes + plane_words(b, c, g + 1, by, CR) : pw;
+        const unsigned sp = planes[span_of(b, c, g, by, CR)], sq = two ? planes[span_of(b, c, g + 1, by, CR)] : 0u;
         ia = i1 + 1;
         ib = i0 - 1;
-        for (int w = 0; w < nw; ++w) {
-            const unsigned m = pw[w] | pn[w];
-            if (m && ia > i1) ia = i0 + 32 * w + __ffs(m) - 1;
-            if (m) ib = i0 + 32 * w + 31 - __clz(m);
-        }
+        if (sp) { ia = i0 + (int)(sp >> 16) - 1; ib = i0 + (int)(sp & 0xFFFFu) - 1; }
+        if (sq) { ia = min(ia, i0 + (int)(sq >> 16) - 1); ib = max(ib, i0 + (int)(sq & 0xFFFFu) - 1); }
         if (ia > ib) continue;
     }
     const int nrow = min(3, b.hi1 - j + 1);
@@ -729,27 +725,27 @@ class Scratch:
     KEEP = 2
 
     @classmethod
-    def get(cls, nlevels: int, nseg: int, ntiles: int, nunits: int, nwords: int, listed: bool) -> "Scratch":
+    def get(cls, nlevels: int, nseg: int, ntiles: int, nunits: int, nspans: int, listed: bool) -> "Scratch":
         """The scratch for this geometry on the current device, stream and thread, zeroed where it must be."""
         import cupy
 
         key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, threading.get_ident(), nlevels, nseg,
-               ntiles, nunits, nwords, listed)
-        sc = cls._kept.pop(key, None) or cls(nlevels, nseg, ntiles, nunits, nwords, listed)
+               ntiles, nunits, nspans, listed)
+        sc = cls._kept.pop(key, None) or cls(nlevels, nseg, ntiles, nunits, nspans, listed)
         cls._kept[key] = sc  # the most recent last
         while len(cls._kept) > cls.KEEP:
             cls._kept.pop(next(iter(cls._kept)))
         sc.zero()
         return sc
 
-    def __init__(self, nlevels: int, nseg: int, ntiles: int, nunits: int, nwords: int, listed: bool):
+    def __init__(self, nlevels: int, nseg: int, ntiles: int, nunits: int, nspans: int, listed: bool):
         import cupy
 
         (self.counts, self.local, self.tiles, self.planes, self.bad, self.units, self.active) = mesh_arrays([
             (np.int32, (2, nlevels, nseg)), (np.int32, (2, nlevels, nseg)),
             # from here to the end of `units` (listed) or of `bad`: zeroed per call
             (np.int32, (2, nlevels, ntiles)),  # tiles: tiles of units not visited hold nothing
-            (np.uint32, (nlevels, nwords)),  # planes: pass 1's plane words, none in units not visited
+            (np.uint32, (nlevels, nspans)),  # planes: pass 1's plane spans, none in units not visited
             (np.uint64, (3,)),  # bad: non-finite flag, vertex and triangle totals
             (np.int32, (nlevels, 3 + nunits)),  # units: per level how many, which (see select)
             (np.uint8, (nunits,))])  # active
@@ -798,12 +794,11 @@ def select(ranges, level, lo, hi, chunk, active, units) -> None:
     _kernel("list")(blocks, (256,), (active, box, np.int32(n), units))
 
 
-def plane_word_count(lo, hi, chunk) -> int:
-    """Pass 1's plane words of the box (see mc_count): per chunk, warp of rows and unit
-    column, a bit per plane."""
+def span_count(lo, hi, chunk) -> int:
+    """Pass 1's plane spans of the box (see span_of): per chunk, warp of rows and unit column."""
     m = [h - l + 1 for l, h in zip(lo, hi)]
     rows = int(_KERNELS["count"].split(",")[0])
-    return ((m[0] - 1) // chunk + 1) * -(-m[1] // rows) * unit_grid(lo, hi, chunk)[2] * -(-chunk // 32)
+    return ((m[0] - 1) // chunk + 1) * -(-m[1] // rows) * unit_grid(lo, hi, chunk)[2]
 
 
 def tile_count(lo, hi, chunk) -> int:
@@ -826,10 +821,10 @@ def count(vol, ext, level, lo, hi, chunk, tables, nvert_out, ntri_out, vloc, tlo
     (`vloc`, `tloc`), per tile its totals (`vtile`, `ttile`, zeroed by the caller; see
     tile_count). Adds to the device uint64 `stats`: [0] the number of warps that met a
     non-finite sample, [1] vertices, [2] triangles (totals in 64 bits, so int32 scans can
-    be trusted when these fit int32). `planes` (uint32, plane_word_count, zeroed by the
-    caller) gets a bit per plane where a warp's samples are not all on one side, which the
-    walk uses to skip the planes before the first and after the last. `listed`: units from
-    select(), else every unit (a list 0, 1, ... of them all)."""
+    be trusted when these fit int32). `planes` (uint32, span_count, zeroed by the caller)
+    gets per warp the first and last plane where its samples are not all on one side: the
+    walk steps over the planes before and after. `listed`: units from select(), else every
+    unit (a list 0, 1, ... of them all)."""
     grid, block = _launch("count", vol, lo, hi, chunk, listed)
     box = _box(tuple(lo), tuple(hi), chunk)
     _kernel("count", vol.dtype, listed)(grid, block, (vol, _vol(vol, ext), box, np.float64(level), _levelf(level),
@@ -847,7 +842,7 @@ def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, starts, vti, n, nt
     first and last vertex; `room`: (vertices, faces) the mesh arrays hold, nothing is
     written beyond (the counts may not be known yet); `known`: the level's vertex count
     when it is; `vals`, `keys`, `vout` may be None; `vedge`: int64 scratch, room[0];
-    `planes`: count()'s plane words of the level."""
+    `planes`: count()'s plane spans of the level."""
     if max(h - l for l, h in zip(lo, hi)) >= 2**20:
         raise ValueError(f"marching_cubes: box {lo}..{hi} is too long for the GPU path (2^20 samples per axis)")
     if known == 0:  # nothing crossed at this level: no faces either
