@@ -71,6 +71,37 @@ def test_gpu_meshes_made_in_the_last_calls_room_are_the_cpu_meshes():
         np.testing.assert_allclose(cp.asnumpy(gpu[0]), cpu[0], atol=1e-5)
 
 
+@pytest.mark.parametrize("span", [(32, 8, 32), (4, 4, 8)])
+def test_gpu_mesh_from_tile_ranges_is_the_cpu_mesh(span):
+    """With the volume's tile ranges the passes visit only the units whose ranges straddle
+    a level (and their neighbours) and walk only the planes where pass 1 saw both sides:
+    on sparse surfaces (small balls scattered over several units along every axis, a
+    level each that puts one ball's surface on a unit boundary) the mesh is the CPU's."""
+    from insitu.ranges import tile_ranges
+
+    shape = (100, 80, 130)  # chunks of 16 planes, units of 24 rows and 30 points
+    g = np.meshgrid(*[np.arange(n, dtype=np.float64) for n in shape], indexing="ij")
+    rng = np.random.default_rng(7)
+    vol = np.zeros(shape)
+    centres = [(50, 23.5, 60), (15, 47.5, 29.5), (85, 70, 100)] + [tuple(rng.uniform(5, n - 5) for n in shape)
+                                                                   for _ in range(5)]
+    for c in centres:
+        vol = np.maximum(vol, 1.0 / (1.0 + sum((x - ci) ** 2 for x, ci in zip(g, c)) / 9.0))
+    dvol = cp.asarray(vol)
+    ranges = tile_ranges(dvol, span)
+    for levels in (0.5, [0.2, 0.9], 0.04):
+        cpu = marching_cubes(vol, levels)
+        gpu = marching_cubes(dvol, levels, tile_ranges=ranges)
+        full = marching_cubes(dvol, levels)
+        assert len(cpu[1]) > 0
+        for c, g_, f in zip(cpu, gpu, full):
+            assert c.shape == g_.shape == f.shape
+        np.testing.assert_array_equal(cp.asnumpy(gpu[1]), cpu[1])
+        np.testing.assert_array_equal(cp.asnumpy(gpu[0]), cp.asnumpy(full[0]))
+        for i in (0, 2):
+            np.testing.assert_allclose(cp.asnumpy(gpu[i]), cpu[i], atol=1e-5)
+
+
 def test_gpu_writes_into_caller_device_buffers():
     vol = cp.asarray(smooth_random((40, 40, 40), 3), cp.float32)
     v, f, n = marching_cubes(vol, 0.0)
