@@ -16,9 +16,11 @@ surface touching a few percent of a large volume costs a few percent of its read
 Pass 1 (mc_count) counts vertices and triangles per segment, scans them within each
 warp's 30 segments (the first level of the scan; the caller scans the tile totals, zero
 where no unit was visited) and adds up the totals in 64 bits; pass 2 (mc_walk) writes
-faces and, per vertex, its packed edge, skipping warps whose segments have nothing; a
-flat kernel (mc_vertex) then computes the vertices one per thread (the gradients need
-registers that would starve the walk of occupancy). Vertex and face numbers are those
+faces and, per vertex, its packed edge, skipping warps whose segments have nothing and,
+in the others, the planes before the first and after the last where pass 1 saw samples
+on both sides (it keeps that span per warp); a flat kernel (mc_vertex) then computes the
+vertices one per thread (the gradients need registers that would starve the walk of
+occupancy). Vertex and face numbers are those
 of a pass over every segment (unvisited ones hold nothing).
 """
 
