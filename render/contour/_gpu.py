@@ -20,8 +20,8 @@ faces and, per vertex, its packed edge, skipping warps whose segments have nothi
 in the others, the planes before the first and after the last where pass 1 saw samples
 on both sides (it keeps that span per warp); a flat kernel (mc_vertex) then computes the
 vertices one per thread (the gradients need registers that would starve the walk of
-occupancy). Vertex and face numbers are those
-of a pass over every segment (unvisited ones hold nothing).
+occupancy). Vertex and face numbers are those of a pass over every segment (unvisited
+ones hold nothing).
 """
 
 from __future__ import annotations
@@ -138,7 +138,8 @@ __device__ __forceinline__ int next_work(int* units, int counter, int parts, int
 // Where pass 1 keeps the span of planes of its warp of rows lo1 + R g .. (and the next
 // row), points of unit column by, chunk c: the first and last plane where those samples
 // are not all on one side, as (first - i0 + 1) << 16 | (last - i0 + 1); 0: none (or a
-// warp of a unit not visited).
+// warp of a unit not visited). Chunks of 2^16 - 1 planes or more (boxes of a million
+// planes) do not fit: the walk then steps over every plane.
 __device__ __forceinline__ long long span_of(const Box& b, int c, int g, int by, int R) {
     const int ng = (b.hi1 - b.lo1 + R) / R;
     return ((long long)c * ng + g) * b.nby + by;
@@ -406,8 +407,8 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     // The planes to walk: from the first to the last where pass 1 saw samples of rows j ..
     // j + 2 on both sides (its warps of CR rows hold rows j0 .. j0 + CR: one or two of them).
     // Outside them no edge of these rows is crossed: no vertex, no face, counts unchanged.
-    int ia, ib;
-    {
+    int ia = i0, ib = i1;
+    if (b.chunk < 0xFFFF) {
         constexpr int CR = UROWS / 8;
         const int g = r1 / CR;
         const bool two = r1 %% CR > CR - 2 && (g + 1) * CR <= b.hi1 - b.lo1;
