@@ -800,8 +800,7 @@ def select(ranges, level, lo, hi, chunk, active, units) -> None:
 def span_count(lo, hi, chunk) -> int:
     """Pass 1's plane spans of the box (see span_of): per chunk, warp of rows and unit column."""
     m = [h - l + 1 for l, h in zip(lo, hi)]
-    rows = int(_KERNELS["count"].split(",")[0])
-    return ((m[0] - 1) // chunk + 1) * -(-m[1] // rows) * unit_grid(lo, hi, chunk)[2]
+    return ((m[0] - 1) // chunk + 1) * -(-m[1] // (_UROWS // 8)) * unit_grid(lo, hi, chunk)[2]
 
 
 def tile_count(lo, hi, chunk) -> int:

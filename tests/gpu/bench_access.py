@@ -23,7 +23,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import commit, emit
+from benchutil import commit, device_median_ms, emit
 
 _READS = r"""
 // TK: points a warp owns along k (lanes beyond lend samples); R: rows it owns (it loads R + 1);
@@ -135,18 +135,6 @@ _PATTERNS = [(30, 3, False, 0), (32, 3, False, 0), (32, 3, True, 0), (30, 3, Fal
              (32, 3, True, 5)]
 
 
-def _median_ms(cp, f, reps: int = 9) -> float:
-    times = []
-    for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        f()
-        b.record()
-        b.synchronize()
-        times.append(cp.cuda.get_elapsed_time(a, b))
-    return float(np.median(times))
-
-
 def reads(n: int, chunk: int = 64) -> list[tuple[str, float]]:
     """Time of each read pattern on an (n, n, n) float32 volume, ms."""
     import cupy as cp
@@ -172,7 +160,7 @@ def reads(n: int, chunk: int = 64) -> list[tuple[str, float]]:
         run()
         what = (f"{tk}-point tiles{', lane 31 loading the next point' if ex else ''}, "
                 f"{f'{blocks} blocks per SM' if blocks else 'full occupancy'}")
-        rows.append((what, _median_ms(cp, run)))
+        rows.append((what, device_median_ms(run)))
     lin = mod.get_function("linear")
     nsm = cp.cuda.Device().attributes["MultiProcessorCount"]
     fout = cp.zeros(1, cp.float32)
@@ -181,7 +169,7 @@ def reads(n: int, chunk: int = 64) -> list[tuple[str, float]]:
         lin((8 * nsm,), (256,), (vol, np.int64(vol.size // 4), fout))
 
     run_linear()
-    rows.append(("linear float4 read of the volume", _median_ms(cp, run_linear)))
+    rows.append(("linear float4 read of the volume", device_median_ms(run_linear)))
     return rows
 
 
@@ -207,7 +195,7 @@ def writes(threads: int, steps: int) -> tuple[int, list[tuple[str, float]]]:
 
         run()
         got.append(out)
-        rows.append((what, _median_ms(cp, run)))
+        rows.append((what, device_median_ms(run)))
     if not bool((got[0] == got[1]).all()) or bool((got[0][:entries] == -1).any()):
         raise RuntimeError("the two write patterns wrote different arrays")
     return entries, rows

@@ -29,6 +29,24 @@ def best_of(f: Callable[[], object], reps: int = 3, clock: Callable[[], float] =
     return best
 
 
+def device_median_ms(f: Callable[[], object], reps: int = 9) -> float:
+    """The median time of `reps` runs of `f` on the current CUDA stream, in ms between CUDA
+    events (each run waited for, so runs do not overlap)."""
+    import statistics
+
+    import cupy as cp
+
+    times = []
+    for _ in range(reps):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        f()
+        b.record()
+        b.synchronize()
+        times.append(cp.cuda.get_elapsed_time(a, b))
+    return statistics.median(times)
+
+
 def emit(text: str, md: str | None) -> None:
     """Print a Markdown table and append it to the file `md` (when given)."""
     print(text)
