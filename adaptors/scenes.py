@@ -84,8 +84,9 @@ class SceneRenderer:
         """Render every render of scene `name`; returns ``{render name: Rendered}`` at the
         root (images on the device they were drawn on), ``{}`` elsewhere. Renders with
         ``annotations`` get the first plot's legend, the step and `time` drawn in. Each
-        carries its plots' data reductions (min and max, from which unset colour ranges
-        come, and mean) and, with ``profile: true``, the step's stage timings so far."""
+        carries the data reductions (min, max, mean) of its plots whose colour range is
+        not fully set in the configuration (they give the range; a fixed range costs no
+        pass over the data) and, with ``profile: true``, the step's stage timings so far."""
         ctx = self.ctx
         bounds = ctx.bounds(raw.domains)
         out = {}
@@ -113,7 +114,9 @@ class SceneRenderer:
                     raise ValueError(f"scenes/{name}/plots/{pname}: needs a field to colour by (a slice, clip or "
                                      "threshold has none of its own)")
                 key = (id(ds.domains), field)  # a contour's dataset shares its input's domains
-                if key not in stats:
+                # Reductions read the whole field (at 1344^3, several times an in-situ step's
+                # other work): made only where a colour range is left to the data.
+                if key not in stats and (p["min_value"] is None or p["max_value"] is None):
                     with self.prof.stage("ranges"):
                         stats[key] = {op: ctx.reduce_field(ds.domains, field, op) for op in ("min", "max", "avg")}
                         stats[key]["mean"] = stats[key].pop("avg")
@@ -144,7 +147,7 @@ class SceneRenderer:
                         annotate(rgba, field=field, lo=lo, hi=hi, colormap=cmap, step=step, time=time, fg=fg)
                 ranges = {f: (lo, hi) for _, _, _, f, lo, hi, _ in coloured}
                 out[vname] = Rendered(rgba, depth, cam, ranges, path,
-                                      {f: per_field[f] for f in ranges}, self._timings_so_far())
+                                      {f: per_field[f] for f in ranges if f in per_field}, self._timings_so_far())
         return out
 
     def _timings_so_far(self) -> dict:
@@ -180,8 +183,10 @@ class SceneRenderer:
         except Exception as e:
             e.add_note(f"in {where} on rank {ctx.rank}")
             error = e
-        with self.prof.stage("composite"):
+        if error is not None:  # raised here (and on every rank): the timer's events would hide a device fault
             ctx.agree(error, where)
+        with self.prof.stage("composite"):
+            ctx.agree(None, where)
             return self._composite(surface, volume, raw, cam, w, h)
 
     def _local(self, plots: list, raw: Dataset, view: View):

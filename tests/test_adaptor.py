@@ -167,6 +167,31 @@ def test_a_failing_pipeline_is_reported_and_the_simulation_goes_on(tmp_path):
             a.execute(0, 0.0, sphere_mesh(bad))
 
 
+def test_a_device_fault_while_drawing_is_reported_not_the_timers_failure(tmp_path, monkeypatch):
+    """After a fault on the device every CUDA call fails, the profile's events too: the
+    step reports the drawing's own error, not the event's that came after it."""
+    import contextlib
+
+    from adaptors import scenes
+    from insitu.profile import StageTimer
+
+    def fault(self, *args, **kw):
+        raise RuntimeError("mc_vertex: an illegal memory access was encountered")
+
+    @contextlib.contextmanager
+    def stage(self, name):
+        if name == "composite":
+            raise RuntimeError("cudaEventCreate: an illegal memory access (sticky)")
+        yield
+
+    monkeypatch.setattr(scenes.SceneRenderer, "_local", fault)
+    monkeypatch.setattr(StageTimer, "stage", stage)
+    with adaptors.Adaptor(config(tmp_path, profile=True)) as a:
+        assert a.execute(0, 0.0, sphere_mesh()) is False
+        err = a.results()["errors"][-1]
+    assert "mc_vertex" in err and "cudaEventCreate" not in err
+
+
 def test_mesh_errors_name_the_path():
     from adaptors.mesh import parse
 

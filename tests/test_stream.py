@@ -191,3 +191,39 @@ def test_adaptor_frames_carry_the_fields_min_max_mean_and_stage_timings(tmp_path
         assert got["mean"][step] == pytest.approx(ref.mean(), rel=1e-12)
         assert ranges[step].tolist() == [ref.min(), ref.max()]  # the colour range: the data's here
     assert {"timings/mesh", "timings/ranges", "timings/composite"} <= timings, timings
+
+
+def test_a_fixed_colour_range_costs_no_reductions_of_the_field(tmp_path, monkeypatch):
+    """A pseudocolor plot with min_value and max_value set draws with that range and reads
+    the field no further (in situ a reduction reads the whole volume every step): its
+    frames carry no stats for it, a plot whose range comes from the data does."""
+    import adios2
+
+    import adaptors
+    from adaptors.context import Context
+
+    calls = []
+    reduce_field = Context.reduce_field
+
+    def counted(self, domains, name, op):
+        calls.append((name, op))
+        return reduce_field(self, domains, name, op)
+
+    monkeypatch.setattr(Context, "reduce_field", counted)
+    f = np.random.default_rng(3).normal(0.0, 1.0, (10, 10, 10))
+    bp = str(tmp_path / "frames.bp")
+    render = {"r": {"image_width": 32, "image_height": 24}}
+    cfg = {"scenes": {"s": {"plots": {"fixed": {"type": "pseudocolor", "field": "T", "min_value": -2.0,
+                                                "max_value": 3.0},
+                                      "data": {"type": "pseudocolor", "field": "U", "min_value": -2.0}},
+                            "renders": render}},
+           "extracts": {"e": {"type": "adios2", "params": {"filename": bp}}}}
+    with adaptors.Adaptor(cfg) as a:
+        assert a.execute(0, 0.0, adaptors.uniform({"T": f, "U": 2 * f})), a.results()["errors"]
+    assert {name for name, _ in calls} == {"U"}
+    with adios2.FileReader(bp) as r:
+        names = set(r.available_variables())
+        umax = r.read("stats/U/max").ravel()[0]
+        ranges = r.read("ranges").ravel().tolist()
+    assert not any(k.startswith("stats/T/") for k in names) and umax == 2 * f.max()
+    assert ranges == [-2.0, 3.0, -2.0, umax]  # T's from the configuration, U's top from the data

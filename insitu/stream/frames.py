@@ -206,9 +206,20 @@ class FrameWriter(_Stream):
         h, w = int(img.shape[0]), int(img.shape[1])
         # Rows bottom first for VTK: views here, copied in order by _put (BP5) or into the
         # writer process's slot (SST), so flipping costs no copy of its own.
-        host = self._staging.host("image", img)[::-1]
+        xp = arrays.cupy_or_none() if arrays.is_device_array(img) else None
+        if xp is not None:
+            # The luminance is made on the device (on the host it took milliseconds a frame)
+            # and crosses with the image, in one copy.
+            both = xp.empty(5 * h * w, xp.uint8)
+            both[:4 * h * w].reshape(h, w, 4)[...] = img
+            both[4 * h * w:].reshape(h, w)[...] = _luminance(img)
+            staged = self._staging.host("image", both)
+            host, lum = staged[:4 * h * w].reshape(h, w, 4)[::-1], staged[4 * h * w:].reshape(h, w)[::-1]
+        else:
+            host = self._staging.host("image", img)[::-1]
+            lum = _luminance(host)
         out: list = [("rgba", host, [h * w, 4], [0, 0], [h * w, 4]),
-                     ("luminance", _luminance(host), [1, h, w], [0, 0, 0], [1, h, w]),
+                     ("luminance", lum, [1, h, w], [0, 0, 0], [1, h, w]),
                      ("step", np.array([step], np.int64)), ("time", np.array([time], np.float64)),
                      ("frame_number", np.array([self._offered], np.int64)), *scalars]
         if camera is not None:
@@ -341,8 +352,9 @@ def _scalars(stats: Mapping[str, Mapping[str, float]] | None, timings: Mapping[s
     return out
 
 
-def _luminance(rgba: np.ndarray) -> np.ndarray:
-    """(H, W) uint8 luma of (H, W, 4) uint8 pixels: (77 R + 150 G + 29 B + 128) >> 8 (BT.601)."""
+def _luminance(rgba):
+    """(H, W) uint8 luma of (H, W, 4) uint8 pixels: (77 R + 150 G + 29 B + 128) >> 8 (BT.601);
+    NumPy or CuPy."""
     y = rgba[..., 0].astype(np.uint16) * 77
     y += rgba[..., 1].astype(np.uint16) * 150
     y += rgba[..., 2].astype(np.uint16) * 29

@@ -95,8 +95,8 @@ __global__ void mc_units(const double* __restrict__ rng, const int si, const int
 // The units both passes visit: the active ones and those one unit further along j, k and
 // the chunks (pass 2 numbers vertices from the segments there, so pass 1 must count
 // them). units[0]: their number, units[1], units[2]: the next unit pass 1, pass 2 takes
-// (blocks take units as they finish: units differ widely in work), units[3 ..]: the list
-// (in no particular order).
+// (blocks take units as they finish: units differ widely in work; the caller zeroes
+// units[2] before each walk), units[3 ..]: the list (in no particular order).
 __global__ void mc_list(const unsigned char* __restrict__ active, const Box b, const int n, int* __restrict__ units) {
     const int u = blockIdx.x * blockDim.x + threadIdx.x;
     bool take = false;
@@ -852,6 +852,11 @@ def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, starts, vti, n, nt
     box = _box(tuple(lo), tuple(hi), chunk)
     g = _vol(vol, ext)
     grid, block = _launch("walk", vol, lo, hi, chunk, listed)
+    if listed:  # the walk's blocks take units from counter units[2]: a call may walk twice (see _mesh)
+        import cupy
+
+        cupy.cuda.runtime.memsetAsync(units.data.ptr + 2 * units.itemsize, 0, units.itemsize,
+                                      cupy.cuda.get_current_stream().ptr)
     ntk = unit_grid(lo, hi, chunk)[2]
     _kernel("walk", vol.dtype, listed)(grid, block, (vol, g, box, np.float64(level), _levelf(level), nvert,
                                                      ntri_seg, *starts, np.int32(ntk), tables[0], tables[1], faces,

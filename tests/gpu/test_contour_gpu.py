@@ -71,15 +71,11 @@ def test_gpu_meshes_made_in_the_last_calls_room_are_the_cpu_meshes():
         np.testing.assert_allclose(cp.asnumpy(gpu[0]), cpu[0], atol=1e-5)
 
 
-@pytest.mark.parametrize("span", [(32, 8, 32), (4, 4, 8)])
-def test_gpu_mesh_from_tile_ranges_is_the_cpu_mesh(span):
-    """With the volume's tile ranges the passes visit only the units whose ranges straddle
-    a level (and their neighbours) and walk only the planes where pass 1 saw both sides:
-    on sparse surfaces (small balls scattered over several units along every axis, a
-    level each that puts one ball's surface on a unit boundary) the mesh is the CPU's."""
-    from insitu.ranges import tile_ranges
-
-    shape = (100, 80, 130)  # chunks of 16 planes, units of 24 rows and 30 points
+def scattered_balls() -> np.ndarray:
+    """Small balls scattered over several units of the GPU passes along every axis (chunks
+    of 16 planes, units of 24 rows and 30 points); level 0.5 puts one ball's surface on a
+    unit boundary, lower levels give larger balls."""
+    shape = (100, 80, 130)
     g = np.meshgrid(*[np.arange(n, dtype=np.float64) for n in shape], indexing="ij")
     rng = np.random.default_rng(7)
     vol = np.zeros(shape)
@@ -87,6 +83,17 @@ def test_gpu_mesh_from_tile_ranges_is_the_cpu_mesh(span):
                                                                    for _ in range(5)]
     for c in centres:
         vol = np.maximum(vol, 1.0 / (1.0 + sum((x - ci) ** 2 for x, ci in zip(g, c)) / 9.0))
+    return vol
+
+
+@pytest.mark.parametrize("span", [(32, 8, 32), (4, 4, 8)])
+def test_gpu_mesh_from_tile_ranges_is_the_cpu_mesh(span):
+    """With the volume's tile ranges the passes visit only the units whose ranges straddle
+    a level (and their neighbours) and walk only the planes where pass 1 saw both sides:
+    on sparse surfaces the mesh is the CPU's."""
+    from insitu.ranges import tile_ranges
+
+    vol = scattered_balls()
     dvol = cp.asarray(vol)
     ranges = tile_ranges(dvol, span)
     for levels in (0.5, [0.2, 0.9], 0.04):
@@ -100,6 +107,32 @@ def test_gpu_mesh_from_tile_ranges_is_the_cpu_mesh(span):
         np.testing.assert_array_equal(cp.asnumpy(gpu[0]), cp.asnumpy(full[0]))
         for i in (0, 2):
             np.testing.assert_allclose(cp.asnumpy(gpu[i]), cpu[i], atol=1e-5)
+
+
+def test_gpu_tile_ranges_mesh_that_outgrows_the_last_room_is_the_cpu_mesh():
+    """With tile ranges, calls on one geometry whose surface grows past the room the last
+    call sized (pass 2 runs a second time, into new arrays), shrinks and grows again are
+    each the CPU's mesh: the second walk takes the listed units from the start (it once
+    found them all taken by the first and wrote nothing: garbage vertices, or an illegal
+    address in the vertex kernel)."""
+    from insitu.ranges import tile_ranges
+    from render.contour import _gpu
+
+    vol = scattered_balls()
+    dvol = cp.asarray(vol)
+    ranges = tile_ranges(dvol, (32, 8, 32))
+    _gpu.Scratch._kept.clear()
+    sizes = []
+    for level in (0.5, 0.04, 0.5, 0.04):  # small; outgrows the room; fits; outgrows it again
+        cpu = marching_cubes(vol, level)
+        gpu = marching_cubes(dvol, level, tile_ranges=ranges)
+        sizes.append(len(cpu[1]))
+        for c, g_ in zip(cpu, gpu):
+            assert c.shape == g_.shape
+        np.testing.assert_array_equal(cp.asnumpy(gpu[1]), cpu[1])
+        for i in (0, 2):
+            np.testing.assert_allclose(cp.asnumpy(gpu[i]), cpu[i], atol=1e-5)
+    assert sizes[1] > 2 * sizes[0]  # the second call outgrew the first's room
 
 
 def test_gpu_writes_into_caller_device_buffers():

@@ -56,10 +56,11 @@ def test_a_device_frame_crosses_once_into_reused_page_locked_memory(tmp_path, ta
             counts.append((c.d2h_calls, c.d2h_bytes, c.h2d_calls))
             img.fill(0)  # the renderer's buffer is reused at once: what was sent is a copy
     px = [h * w_ for h, w_ in SIZES]
+    # exactly one copy of the image bytes and their luminance (made on the device) per frame
     if with_depth:
-        assert counts == [(2, 4 * n + 4 * n, 0) for n in px]
+        assert counts == [(2, 5 * n + 4 * n, 0) for n in px]
     else:
-        assert counts == [(1, 4 * n, 0) for n in px]  # exactly one copy of the image bytes per frame
+        assert counts == [(1, 5 * n, 0) for n in px]
     per_size = 2 if with_depth else 1
     assert len(taken) == 3 * per_size  # frames 0, 2 and 3 needed new buffers; 1 and 4 reused them
     assert all(page_locked(b) for b in taken)
@@ -78,6 +79,12 @@ def test_a_strided_device_image_still_crosses_once(tmp_path, taken):
     name = str(tmp_path / "frames.bp")
     with FrameWriter(name, "BP5") as w, arrays.count_transfers() as c:
         w.write(flipped, step=0, time=0.0)
-    assert (c.d2h_calls, c.d2h_bytes) == (1, ref.nbytes)
+    assert (c.d2h_calls, c.d2h_bytes) == (1, ref.nbytes * 5 // 4)
     with FrameReader(name) as r:
         np.testing.assert_array_equal(r.next().image, ref[::-1])
+    import adios2
+
+    with adios2.FileReader(name) as f:  # VTK's rows, bottom first: the reference's own order
+        rgb = ref[:, :, :3].astype(np.int64)
+        np.testing.assert_array_equal(f.read("luminance")[0],
+                                      (77 * rgb[..., 0] + 150 * rgb[..., 1] + 29 * rgb[..., 2] + 128) >> 8)
