@@ -330,7 +330,7 @@ def _insitu_run(b: Bench, dom, solver, speed, mine, iso, dims, mode: str, floors
     for stage in STAGES:
         t = med.get(stage, 0.0)
         if stage == "extracts":
-            nbytes = w * hgt * 4
+            nbytes = w * hgt * 5  # the frame's RGBA and its luminance cross together
             floor = nbytes / b.d2h_bw if b.gpu else 0.0
         else:
             nbytes = moved.get(stage, 0)

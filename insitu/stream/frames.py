@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
 import mmap
 import os
@@ -57,10 +58,14 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from .. import arrays
+from ..log import compiling, cupy_cache_dir, get_logger
 from ._sst import ReaderTimeoutError, open_contact, peers, sst_parameters
 from .schema import fides_uniform, vtx_image
 
-__all__ = ["DEADLINE", "Frame", "FrameReader", "FrameWriter", "LOSSLESS", "SST_DEFAULTS", "frame_schemas", "serve"]
+__all__ = ["DEADLINE", "Frame", "FrameReader", "FrameWriter", "LOSSLESS", "SST_DEFAULTS", "device_frame_bytes",
+           "frame_schemas", "serve"]
+
+_log = get_logger(__name__)
 
 #: SST writer parameters for in-situ use: never wait for a reader.
 SST_DEFAULTS = {"RendezvousReaderCount": "0", "QueueLimit": "3", "QueueFullPolicy": "Discard"}
@@ -206,15 +211,11 @@ class FrameWriter(_Stream):
         h, w = int(img.shape[0]), int(img.shape[1])
         # Rows bottom first for VTK: views here, copied in order by _put (BP5) or into the
         # writer process's slot (SST), so flipping costs no copy of its own.
-        xp = arrays.cupy_or_none() if arrays.is_device_array(img) else None
-        if xp is not None:
-            # The luminance is made on the device (on the host it took milliseconds a frame)
-            # and crosses with the image, in one copy.
-            both = xp.empty(5 * h * w, xp.uint8)
-            both[:4 * h * w].reshape(h, w, 4)[...] = img
-            both[4 * h * w:].reshape(h, w)[...] = _luminance(img)
-            staged = self._staging.host("image", both)
-            host, lum = staged[:4 * h * w].reshape(h, w, 4)[::-1], staged[4 * h * w:].reshape(h, w)[::-1]
+        if arrays.is_device_array(img) and arrays.cupy_or_none() is not None:
+            # Flipped and its luminance made on the device (on the host they took a few ms a
+            # frame), crossing together in one copy.
+            staged = self._staging.host("image", device_frame_bytes(img))
+            host, lum = staged[:4 * h * w].reshape(h, w, 4), staged[4 * h * w:].reshape(h, w)
         else:
             host = self._staging.host("image", img)[::-1]
             lum = _luminance(host)
@@ -352,9 +353,39 @@ def _scalars(stats: Mapping[str, Mapping[str, float]] | None, timings: Mapping[s
     return out
 
 
-def _luminance(rgba):
-    """(H, W) uint8 luma of (H, W, 4) uint8 pixels: (77 R + 150 G + 29 B + 128) >> 8 (BT.601);
-    NumPy or CuPy."""
+_FRAME_BYTES = r"""
+const int r = i / w, c = i - r * w;
+const unsigned p = src[(long long)(h - 1 - r) * w + c];  // rows bottom first, as VTK's points
+rgba[i] = p;
+lum[i] = (unsigned char)((77u * (p & 255u) + 150u * ((p >> 8) & 255u) + 29u * ((p >> 16) & 255u) + 128u) >> 8);
+"""
+
+
+@functools.cache
+def _frame_bytes_kernel():
+    import cupy
+
+    compiling(_log, "the frame byte kernel (insitu_frame_bytes)", cupy_cache_dir())
+    return cupy.ElementwiseKernel("raw uint32 src, int32 w, int32 h", "raw uint32 rgba, raw uint8 lum",
+                                  _FRAME_BYTES, "insitu_frame_bytes")
+
+
+def device_frame_bytes(image):
+    """A CuPy (H, W, 4) uint8 image as the frame's bytes, in one device array of 5 H W:
+    its pixels with rows bottom first (VTK's order), then their luminance (as
+    :func:`_luminance`)."""
+    import cupy
+
+    h, w = int(image.shape[0]), int(image.shape[1])
+    src = cupy.ascontiguousarray(image).view(cupy.uint32).reshape(h * w)
+    out = cupy.empty(5 * h * w, cupy.uint8)
+    _frame_bytes_kernel()(src, np.int32(w), np.int32(h), out[:4 * h * w].view(cupy.uint32), out[4 * h * w:],
+                          size=h * w)
+    return out
+
+
+def _luminance(rgba: np.ndarray) -> np.ndarray:
+    """(H, W) uint8 luma of (H, W, 4) uint8 pixels: (77 R + 150 G + 29 B + 128) >> 8 (BT.601)."""
     y = rgba[..., 0].astype(np.uint16) * 77
     y += rgba[..., 1].astype(np.uint16) * 150
     y += rgba[..., 2].astype(np.uint16) * 29

@@ -88,3 +88,15 @@ def test_a_strided_device_image_still_crosses_once(tmp_path, taken):
         rgb = ref[:, :, :3].astype(np.int64)
         np.testing.assert_array_equal(f.read("luminance")[0],
                                       (77 * rgb[..., 0] + 150 * rgb[..., 1] + 29 * rgb[..., 2] + 128) >> 8)
+
+
+def test_device_frame_bytes_are_the_rows_bottom_first_and_their_luminance():
+    from insitu.stream.frames import device_frame_bytes
+
+    ref = image(3, (37, 53))
+    for src in (cp.asarray(ref), cp.asarray(ref[::-1].copy())[::-1]):  # contiguous and strided
+        got = cp.asnumpy(device_frame_bytes(src))
+        up = ref[::-1].astype(np.int64)
+        lum = (77 * up[..., 0] + 150 * up[..., 1] + 29 * up[..., 2] + 128) >> 8
+        np.testing.assert_array_equal(got[:ref.size], ref[::-1].ravel())
+        np.testing.assert_array_equal(got[ref.size:], lum.ravel())
