@@ -384,6 +384,21 @@ def pinned_empty(shape, dtype) -> np.ndarray:
     return cupyx.empty_pinned(shape, dtype)
 
 
+def cuda_module(source: tuple, what: str, logger, *, templates: bool = False):
+    """CuPy's RawModule of a kernel module's ``source()`` (code, kernel instances, NVRTC
+    options), its compile logged as `what` on first use (:func:`insitu.log.compiling`).
+
+    `templates`: the instances are template name expressions, compiled with the module.
+    """
+    import cupy
+
+    from .log import compiling, cupy_cache_dir
+
+    code, names, options = source
+    compiling(logger, what, cupy_cache_dir())
+    return cupy.RawModule(code=code, options=options, name_expressions=list(names) if templates else None)
+
+
 def select_device(comm=None) -> int | None:
     """Make ``local_rank % n_devices`` the current CUDA device; return it.
 

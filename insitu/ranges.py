@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import arrays
-from .log import compiling, cupy_cache_dir, get_logger
+from .log import get_logger
 
 __all__ = ["TileRanges", "as_tile_ranges", "tile_grid", "tile_ranges"]
 
@@ -259,11 +259,7 @@ def source() -> tuple[str, list[str], tuple[str, ...]]:
 
 @functools.cache
 def _gpu_module():
-    import cupy
-
-    code, names, options = source()
-    compiling(_log, "the tile range kernels (tile_ranges)", cupy_cache_dir())
-    return cupy.RawModule(code=code, options=options, name_expressions=names)
+    return arrays.cuda_module(source(), "the tile range kernels (tile_ranges)", _log, templates=True)
 
 
 def _gpu_ranges(vol, span, grid, out) -> None:

@@ -37,7 +37,7 @@ import numpy as np
 
 from .. import arrays
 from ..errors import PeerTimeoutError
-from ..log import compiling, cupy_cache_dir, get_logger
+from ..log import get_logger
 from .base import Transport, recv_object, wait_requests, wait_stream
 
 _log = get_logger(__name__)
@@ -99,12 +99,9 @@ def source() -> tuple[str, list[str], tuple[str, ...]]:
 
 @functools.cache
 def _kernels():
-    import cupy
-
-    code, _, options = source()
-    compiling(_log, "the p2p transport kernels", cupy_cache_dir())
-    mod = cupy.RawModule(code=code, options=options)
-    return mod.get_function("p2p_begin"), mod.get_function("p2p_post"), mod.get_function("p2p_await")
+    src = source()
+    mod = arrays.cuda_module(src, "the p2p transport kernels", _log)
+    return tuple(mod.get_function(name) for name in src[1])
 
 
 class P2PTransport(Transport):

@@ -23,7 +23,7 @@ import functools
 import numpy as np
 
 from insitu import arrays
-from insitu.log import compiling, cupy_cache_dir, get_logger
+from insitu.log import get_logger
 
 from ._contour_tables import MAX_FACES, MAX_SLOTS, TABLES
 
@@ -296,12 +296,8 @@ def source(id_t: str, val_t: str, pt_t: str, col_t: str) -> tuple[str, list[str]
 @functools.cache
 def _module(id_t: str, val_t: str, pt_t: str, col_t: str):
     """The kernels for one combination of id, value, point and colour types."""
-    import cupy
-
-    code, _, options = source(id_t, val_t, pt_t, col_t)
-    compiling(_log, f"the cell contour kernels (cc_*) for ids {id_t}, values {val_t}, points {pt_t}, colour {col_t}",
-              cupy_cache_dir())
-    return cupy.RawModule(code=code, options=options)
+    return arrays.cuda_module(source(id_t, val_t, pt_t, col_t), f"the cell contour kernels (cc_*) for ids {id_t}, "
+                              f"values {val_t}, points {pt_t}, colour {col_t}", _log)
 
 
 _tables_on: dict[int, tuple] = {}  # device -> tables

@@ -31,7 +31,8 @@ import threading
 
 import numpy as np
 
-from insitu.log import compiling, cupy_cache_dir, get_logger
+from insitu import arrays
+from insitu.log import get_logger
 
 from ._tables import CORNERS, EDGE_AXIS, EDGE_BASE
 
@@ -634,11 +635,7 @@ def source(ctype: str) -> tuple[str, list[str], tuple[str, ...]]:
 def _module(ctype: str):
     """The kernels for samples of C type `ctype` (a module per type: a call compiles only
     what its volume needs)."""
-    import cupy
-
-    code, names, options = source(ctype)
-    compiling(_log, f"the marching cubes kernels (mc_*) for {ctype}", cupy_cache_dir())
-    return cupy.RawModule(code=code, options=options, name_expressions=names)
+    return arrays.cuda_module(source(ctype), f"the marching cubes kernels (mc_*) for {ctype}", _log, templates=True)
 
 
 @functools.cache

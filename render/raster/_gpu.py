@@ -26,7 +26,8 @@ import functools
 
 import numpy as np
 
-from insitu.log import compiling, cupy_cache_dir, get_logger
+from insitu import arrays
+from insitu.log import get_logger
 
 from ..colormap import device_copy, name_at, table
 from ._params import cuda_struct, record
@@ -287,11 +288,7 @@ def source() -> tuple[str, list[str], tuple[str, ...]]:
 
 @functools.cache
 def _module():
-    import cupy
-
-    code, _, options = source()
-    compiling(_log, "the rasterizer kernels", cupy_cache_dir())
-    return cupy.RawModule(code=code, options=options)
+    return arrays.cuda_module(source(), "the rasterizer kernels", _log)
 
 
 def render(verts, faces, normals, values, params: dict, width: int, height: int, rgba, depth, keys) -> None:

@@ -16,7 +16,8 @@ import functools
 
 import numpy as np
 
-from insitu.log import compiling, cupy_cache_dir, get_logger
+from insitu import arrays
+from insitu.log import get_logger
 
 from ._params import cuda_struct, record
 
@@ -183,11 +184,7 @@ def source() -> tuple[str, list[str], tuple[str, ...]]:
 
 @functools.cache
 def _module():
-    import cupy
-
-    code, names, options = source()
-    compiling(_log, "the ray casting kernels (vr_render)", cupy_cache_dir())
-    return cupy.RawModule(code=code, options=options, name_expressions=names)
+    return arrays.cuda_module(source(), "the ray casting kernels (vr_render)", _log, templates=True)
 
 
 def render(vol, lut, params: dict, ax, rgba, depth) -> None:

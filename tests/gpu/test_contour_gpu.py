@@ -135,6 +135,29 @@ def test_gpu_tile_ranges_mesh_that_outgrows_the_last_room_is_the_cpu_mesh():
     assert sizes[1] > 2 * sizes[0]  # the second call outgrew the first's room
 
 
+def test_gpu_chunks_too_long_for_plane_spans_are_walked_whole():
+    """A box of nearly 2^20 planes has chunks of 65536 planes, more than pass 1's 16-bit
+    plane spans hold: the walk steps over every plane of them; with and without tile
+    ranges the mesh is the CPU's."""
+    from insitu.ranges import tile_ranges
+    from render.contour._tables import chunk_planes
+
+    n0 = 2**20 - 6
+    assert chunk_planes(n0) > 0xFFFF
+    i = np.arange(n0, dtype=np.float32)[:, None, None]
+    j = np.arange(3, dtype=np.float32)[None, :, None]
+    k = np.arange(34, dtype=np.float32)[None, None, :]
+    vol = np.sin(i / 20000.0) + 0.3 * np.cos(k / 3.0) + 0.1 * j  # surfaces winding along k over many planes
+    dvol = cp.asarray(vol)
+    cpu = marching_cubes(vol, 0.5)
+    assert len(cpu[1]) > 1000
+    for gpu in (marching_cubes(dvol, 0.5), marching_cubes(dvol, 0.5, tile_ranges=tile_ranges(dvol, (64, 8, 32)))):
+        assert gpu[1].shape == cpu[1].shape
+        np.testing.assert_array_equal(cp.asnumpy(gpu[1]), cpu[1])
+        for n in (0, 2):
+            np.testing.assert_allclose(cp.asnumpy(gpu[n]), cpu[n], atol=1e-4)
+
+
 def test_gpu_writes_into_caller_device_buffers():
     vol = cp.asarray(smooth_random((40, 40, 40), 3), cp.float32)
     v, f, n = marching_cubes(vol, 0.0)
