@@ -580,6 +580,8 @@ def warmup_config(config: str | None = None, *, dtypes: tuple[str, ...] = ("floa
     import tempfile
     import time
 
+    from . import arrays
+
     cp, no_gpu = _warmup_gpu(gpu)
     ad = _adaptor_package()
     cfg = ad.load(WARMUP_ALL if config is None else config)
@@ -616,8 +618,8 @@ def warmup_config(config: str | None = None, *, dtypes: tuple[str, ...] = ("floa
                         runs.append((label, time.perf_counter() - t0))
                         if verbose:
                             print(f"  {label}: {runs[-1][1]:.1f} s", flush=True)
-            if cp is not None:  # the adios2 extract's device frames (extracts are not run here)
-                from insitu.stream.frames import device_frame_bytes
+            if cp is not None and arrays.cupy_or_none() is not None:  # the adios2 extract's device frames
+                from .stream.frames import device_frame_bytes  # (extracts are not run here)
 
                 device_frame_bytes(cp.zeros((2, 2, 4), cp.uint8))
     finally:

@@ -159,7 +159,7 @@ def test_end_to_end_benchmark_runs_and_its_meshes_do_not_depend_on_the_ranks(mpi
         assert q.returncode == 0, q.stdout + q.stderr[-3000:]
         text = md.read_text()
         rows = _table_rows(text, "20^3 | ")
-        stage_rows = [r for r in rows if len(r) == 16]
+        stage_rows = [r for r in rows if len(r) == 17]
         assert [(r[2], r[3], r[4]) for r in stage_rows] == [("float64, float32", m, at) for at in ("start", "end")
                                                            for m in ("float64", "float32", "fused")]
         assert all(float(c) >= 0 for r in stage_rows for c in r[6:])
@@ -167,5 +167,5 @@ def test_end_to_end_benchmark_runs_and_its_meshes_do_not_depend_on_the_ranks(mpi
         assert len(set(tris[:3])) == 1 and len(set(tris[3:])) == 1  # the hand-offs show the same surface
         assert tris[3] > tris[0]  # the median travel time's surface, once the box is filled, is the larger
         faces[n] = (tris, [int(r[2]) for r in _table_rows(text, "24^3 | ")])
-        assert len({r[3] for r in rows if len(r) == 8}) == 8  # every stage set against its floor
+        assert len({r[3] for r in rows if len(r) == 8}) == 9  # every stage set against its floor
     assert faces[1] == faces[2] and min(faces[1][0]) > 0 and faces[1][1][0] > 0
