@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import statistics
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchutil import best_of, commit, emit, host
+from benchutil import best_of, commit, device_median_ms, emit, host
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
@@ -158,15 +157,7 @@ def gpu(sizes):
             ofs = ours(mesh, n, cp)
             for op, f in ofs.items():
                 f()
-                times = []
-                for _ in range(5):
-                    a, b = cp.cuda.Event(), cp.cuda.Event()
-                    a.record()
-                    f()
-                    b.record()
-                    b.synchronize()
-                    times.append(cp.cuda.get_elapsed_time(a, b))
-                rows.append((n, name, mesh.n_cells, op, statistics.median(times)))
+                rows.append((n, name, mesh.n_cells, op, device_median_ms(f, reps=5)))
                 print(rows[-1], flush=True)
             del mesh, ofs
             cp.get_default_memory_pool().free_all_blocks()
