@@ -25,7 +25,7 @@ from insitu.ranges import as_tile_ranges
 
 from .._fields import check_volume
 from . import _cpu, _gpu
-from ._tables import chunk_planes, kernel_tables
+from ._tables import chunk_planes, kernel_tables, tile_count
 
 __all__ = ["label_surfaces", "marching_cubes", "marching_cubes_blocks"]
 
@@ -93,30 +93,26 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     tables = _device_tables(arrays.device_id(vol) if gpu else None)
     m = [h - l + 1 for l, h in zip(lo, hi)]
     chunk = chunk_planes(m[0])
-    nseg = ((m[0] - 1) // chunk + 1) * m[1] * m[2]
     lo_a, hi_a = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
     if gpu and vals is not None and vals.dtype not in (xp.float32, xp.float64):
         vals = vals.astype(xp.float64)  # the CUDA kernel samples float32 and float64 as they are
     ext = np.asarray(ext if ext is not None else (0, 0, 0, *(n - 1 for n in vol.shape)), np.int64)
-    if gpu:  # per segment its start within its tile, per tile its totals (see _gpu.count)
-        ntiles = _gpu.tile_count(lo, hi, chunk)
-        sc = _gpu.Scratch.get(len(levels), nseg, ntiles, int(np.prod(_gpu.unit_grid(lo, hi, chunk))),
+    ntiles = tile_count(lo, hi, chunk)
+    if gpu:  # per tile its vertices, triangles and lead column's vertices (see _gpu.count)
+        sc = _gpu.Scratch.get(len(levels), ntiles, int(np.prod(_gpu.unit_grid(lo, hi, chunk))),
                               _gpu.span_count(lo, hi, chunk), ranges is not None)
-        counts, local, tiles, units, active, bad = sc.counts, sc.local, sc.tiles, sc.units, sc.active, sc.bad
-    else:  # per segment its start within its task, per task its totals (see _cpu.count)
-        counts = _cpu.scratch.take((2, len(levels), nseg), np.int32)  # kept scratch, see _cpu.ScratchPool
-        ntasks = _cpu.tasks(lo, hi, chunk)
-        tasks = np.empty((2, len(levels), ntasks), np.int64)
+        counts, units, active, bad = sc.tiles, sc.units, sc.active, sc.bad
+    else:  # the same, see _cpu.count
+        counts = _cpu.scratch.take((3, len(levels), ntiles), np.int32)  # kept scratch, see _cpu.ScratchPool
         bad = 0
     for n, lev in enumerate(levels):
         if gpu:
             if ranges is not None:
                 _gpu.select(ranges, lev, lo, hi, chunk, active, units[n])
-            _gpu.count(vol, ext, lev, lo, hi, chunk, tables, counts[0, n], counts[1, n], local[0, n], local[1, n],
-                       tiles[0, n], tiles[1, n], bad, units[n], sc.planes[n], ranges is not None)
+            _gpu.count(vol, ext, lev, lo, hi, chunk, tables, *counts[:, n], bad, units[n], sc.planes[n],
+                       ranges is not None)
         else:
-            bad += _cpu.count(vol, lev, lo_a, hi_a, chunk, tables[0], counts[0, n], counts[1, n], tasks[0, n],
-                              tasks[1, n])
+            bad += _cpu.count(vol, lev, lo_a, hi_a, chunk, tables[0], counts[0, n], counts[1, n], counts[2, n])
     geo = np.array([*spacing, *origin], np.float64)
     kdims = np.asarray(dims if dims is not None else (1, 1, 1), np.int64)
     per_level = 3 * int(np.prod(kdims))
@@ -137,18 +133,16 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
         # Second level of the scan: the tiles, in int32 (the exact totals guard it), all
         # levels in one numbering. The flag, the totals and the levels' ends in one read:
         # each read waits for the device.
-        vti, tti = (xp.cumsum(t, dtype=xp.int32) for t in tiles.reshape(2, -1))
+        vti, tti = (xp.cumsum(t, dtype=xp.int32) for t in counts[:2].reshape(2, -1))
         totals = xp.concatenate([bad.astype(xp.int64), vti[ntiles - 1:-1:ntiles].astype(xp.int64)])
 
         def generate(mesh, room, vend=None):
             vedge = sc.edges(room[0])
             for n, lev in enumerate(levels):
-                lev_tiles = slice(n * ntiles, (n + 1) * ntiles)
-                starts = (local[0, n], local[1, n], tiles[0, n], tiles[1, n], vti[lev_tiles], tti[lev_tiles])
                 known = None if vend is None else vend[n] - (vend[n - 1] if n else 0)
-                _gpu.generate(vol, ext, lev, lo, hi, chunk, counts[0, n], counts[1, n], starts, vti, n, ntiles,
-                              room, known, tables, geo, offset, vals, mesh[4], kdims, n * per_level, *mesh[:4],
-                              vedge, units[n], sc.planes[n], ranges is not None)
+                _gpu.generate(vol, ext, lev, lo, hi, chunk, counts[:, n], vti, tti, n, ntiles, room, known, tables,
+                              geo, offset, vals, mesh[4], kdims, n * per_level, *mesh[:4], vedge, units[n],
+                              sc.planes[n], ranges is not None)
 
         room = sc.room if out is None else None
         if room is not None:
@@ -172,17 +166,17 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     else:
         if bad:
             raise ValueError(f"{name}: contains NaN or inf")
-        flat = tasks.reshape(2, -1)
-        vincl, tincl = np.cumsum(flat[0]), np.cumsum(flat[1])
-        *vend, nf = [int(x) for x in np.concatenate([vincl[ntasks - 1::ntasks], tincl[-1:]])]
+        flat = counts[:2].reshape(2, -1)
+        vincl, tincl = np.cumsum(flat[0], dtype=np.int64), np.cumsum(flat[1], dtype=np.int64)
+        *vend, nf = [int(x) for x in np.concatenate([vincl[ntiles - 1::ntiles], tincl[-1:]])]
         nv = vend[-1]
-        voff, toff = vincl - flat[0], tincl - flat[1]
+        vbase, tbase = vincl - flat[0], tincl - flat[1]
         _check_size(name, nv, nf)
         mesh = alloc(nv, nf)
         for n, lev in enumerate(levels):
-            at = slice(n * ntasks, (n + 1) * ntasks)
-            _cpu.generate(vol, ext, lev, lo_a, hi_a, chunk, counts[0, n], counts[1, n], tasks[0, n], tasks[1, n],
-                          voff[at], toff[at],
+            at = slice(n * ntiles, (n + 1) * ntiles)
+            _cpu.generate(vol, ext, lev, lo_a, hi_a, chunk, counts[0, n], counts[1, n], counts[2, n], vbase[at],
+                          tbase[at],
                           *tables, geo, np.asarray(offset, np.int64),
                           vals if vals is not None else np.zeros((1, 1, 1)), vals is not None,
                           mesh[4] if dims is not None else np.zeros(1, np.int64), dims is not None,

@@ -28,7 +28,7 @@ from numba.extending import intrinsic
 
 from insitu.log import watch_jit
 
-from ._tables import CORNERS
+from ._tables import CORNERS, TILE
 
 watch_jit(__name__)  # a first call that compiles takes seconds: logged, so a slow first execute says why
 
@@ -143,22 +143,6 @@ def mesh_arrays(specs) -> list[np.ndarray]:
     return [block[a:a + n].view(dt).reshape(shape) for (dt, shape), a, n in zip(specs, starts, sizes)]
 
 
-def tasks(lo, hi, chunk: int) -> int:
-    """How many tasks the kernels cut the point box ``lo..hi`` into (a chunk by `_ROWS` rows)."""
-    return ((hi[0] - lo[0]) // chunk + 1) * -(-(hi[1] - lo[1] + 1) // _ROWS)
-
-
-@numba.njit(inline="always")
-def _first_rows(V, vloc, voff, seg, task, ny, nj, nx, m2, W):
-    """First vertex number of segments ``seg + rr * m2 + w`` (rows rr < ny, w < nx) into
-    ``V[rr * W + w]``: rows below nj are task `task`'s, row nj the next task's (the next
-    rows of the same chunk)."""
-    for rr in range(ny):
-        o = voff[task + (1 if rr == nj else 0)]
-        for w in range(nx):
-            V[rr * W + w] = o + vloc[seg + rr * m2 + w]
-
-
 @numba.njit(inline="always")
 def _cases(b0, b1, b1y, b0y, n, q, C):
     """Case codes of the first n cubes between planes b0 and b1 (rows of inside bits; b0y,
@@ -187,20 +171,20 @@ def _plane_bits(vol, i, j0, k0, rows, n, level, out, width, check, owned_rows):
 
 
 @numba.njit(parallel=True, cache=True)
-def count(vol, level, lo, hi, chunk, ntri, vloc, tloc, vtask, ttask):
+def count(vol, level, lo, hi, chunk, ntri, vt, tt, lt):
     """Pass 1: returns the number of non-finite samples.
 
-    A task takes the segments of one chunk and `_ROWS` rows j (a run of segment
-    numbers): it finds the inside bits of the samples they read once, then walks them
-    plane by plane, all rows at once in loops over flat byte planes, looking up the
-    triangles of cubes where a 64-bit word of cases says something is crossed (the GPU
-    walks each segment in its own thread). Per segment its first vertex and triangle
-    counted from its task's (`vloc`, `tloc`), per task its vertices and triangles
-    (`vtask`, `ttask`): a scan of the tasks then numbers everything.
+    A task takes the segments of one chunk and `_ROWS` rows j: it finds the inside bits
+    of the samples they read once, then walks them plane by plane, all rows at once in
+    loops over flat byte planes, looking up the triangles of cubes where a 64-bit word of
+    cases says something is crossed. Per tile (see _tables.TILE) its vertices `vt`,
+    triangles `tt` and the vertices of its lead column `lt`: a scan of the tiles then
+    numbers everything.
     """
     m1, m2 = hi[1] - lo[1] + 1, hi[2] - lo[2] + 1
     nch = (hi[0] - lo[0]) // chunk + 1
     ngr = (m1 + _ROWS - 1) // _ROWS
+    ntk = (m2 + TILE - 1) // TILE
     W = (m2 + 8) // 8 * 8  # bytes a row: whole words, one past the points
     bad = 0
     for s in numba.prange(nch * ngr):
@@ -245,16 +229,16 @@ def count(vol, level, lo, hi, chunk, ntri, vloc, tloc, vtask, ttask):
                     word &= _below(rr * W + m2 - 1 - wd * 8)  # cubes: k < hi[2] (case 0 has no triangle)
                     for b in range(8):
                         nt[_u(wd * 8 + b)] += ntri[_u((word >> np.uint64(8 * b)) & np.uint64(0xFF))]
-        vrun, trun = 0, 0
         for rr in range(nj):
-            seg0 = (c * m1 + j0 + rr - lo[1]) * m2
-            for r in range(m2):
-                vloc[seg0 + r] = vrun
-                tloc[seg0 + r] = trun
-                vrun += nv[rr * W + r]
-                trun += nt[rr * W + r]
-        vtask[s] = vrun
-        ttask[s] = trun
+            t0 = (c * m1 + j0 + rr - lo[1]) * ntk
+            for tk in range(ntk):
+                sv, st = 0, 0
+                for r in range(rr * W + tk * TILE, rr * W + min(tk * TILE + TILE, m2)):
+                    sv += nv[r]
+                    st += nt[r]
+                vt[t0 + tk] = sv
+                tt[t0 + tk] = st
+                lt[t0 + tk] = nv[rr * W + tk * TILE]
         bad += nbad
     return bad
 
@@ -368,45 +352,58 @@ def _arith(buf, num, m, level, geo, res, has_vals, unit):
             res[6, q] = buf[11, q] + buf[12, q] * t
 
 
+@numba.njit(inline="always")
+def _cursors(vbase, lt, row0, ntk, ta, ny, lead, cur):
+    """The first vertex number of the lead column (`lead`) and of the other points
+    (`cur`) of tiles ta, ta + 1, .. of rows row0 .. row0 + ny - 1 (tile rows: chunk x
+    rows + row), from the scan of the tiles `vbase` and their lead columns' counts `lt`."""
+    for rr in range(ny):
+        for t in range(lead.shape[1]):
+            if ta + t < ntk:
+                x = (row0 + rr) * ntk + ta + t
+                lead[rr, t] = vbase[x]
+                cur[rr, t] = vbase[x] + lt[x]
+
+
 @numba.njit(parallel=True, cache=True, error_model="numpy")  # divisions vectorize: no zero test
-def generate(vol, ext, level, lo, hi, chunk, vloc, tloc, vtask, ttask, voff, toff, ntri, tri, edge, geo, offset,
+def generate(vol, ext, level, lo, hi, chunk, vt, tt, lt, vbase, tbase, ntri, tri, edge, geo, offset,
              vals, has_vals, keys, has_keys, dims, keybase, verts, faces, normals, vout):
     """Pass 2: write vertices, faces, normals (and sampled values, global edge keys).
 
-    `vloc`, `tloc`, `vtask`, `ttask`: pass 1's output; `voff`/`toff`: the first vertex
-    and triangle of each task (the exclusive scan of `vtask`/`ttask`, over all levels).
+    `vt`, `tt`, `lt`: pass 1's tile counts; `vbase`/`tbase`: the first vertex and
+    triangle of each tile (the exclusive scan of `vt`/`tt`, over all levels).
     `ext`: the samples gradients use (lo then hi, inclusive); `geo`: spacing then origin.
 
-    A task takes pass 1's chunk and rows, over the k range of its segments that have
-    anything to write. Plane by plane it finds, for all its rows at once, the crossed
-    edges and first vertex number of each point and the case of each cube (loops over
-    whole planes of bytes). Walking the set bits of 64-bit words (one per crossed edge,
-    one per crossed cube: no branch per point), it numbers the crossed edges of the
-    next plane into E and gathers their vertices, whose arithmetic then runs in
+    A task takes pass 1's chunk and rows, over the tiles of its rows that have anything
+    to write. Plane by plane it finds, for all its rows at once, the crossed edges and
+    the case of each cube (loops over whole planes of bytes). Walking the set bits of
+    64-bit words (one per crossed edge, one per crossed cube: no branch per point) in
+    the numbering's order, it numbers the crossed edges of the next plane into E from
+    per-tile counters and gathers their vertices, whose arithmetic then runs in
     vectorized batches (_emit); the triangles of the cubes between the two planes then
     read their vertex numbers from E.
     """
     m1, m2 = hi[1] - lo[1] + 1, hi[2] - lo[2] + 1
     nch = (hi[0] - lo[0]) // chunk + 1
     ngr = (m1 + _ROWS - 1) // _ROWS
+    ntk = (m2 + TILE - 1) // TILE
     for s in numba.prange(nch * ngr):
         c, g = s // ngr, s % ngr
         j0 = lo[1] + g * _ROWS
         nj = min(_ROWS, m1 - g * _ROWS)
-        seg0 = (c * m1 + g * _ROWS) * m2
-        ka, kb = m2, -1  # the k range of the segments with anything to write
-        send = seg0 + nj * m2
+        row0 = c * m1 + g * _ROWS  # the tile row of the task's first row
+        ta, tb = ntk, -1  # the tiles with anything to write
         for rr in range(nj):
-            for w in range(m2):
-                x = seg0 + rr * m2 + w
-                vn, tn = (vloc[x + 1], tloc[x + 1]) if x + 1 < send else (vtask[s], ttask[s])
-                if vn != vloc[x] or tn != tloc[x]:
-                    ka = min(ka, w)
-                    kb = max(kb, w)
-        if kb < 0:
+            for tk in range(ntk):
+                x = (row0 + rr) * ntk + tk
+                if vt[x] != 0 or tt[x] != 0:
+                    ta = min(ta, tk)
+                    tb = max(tb, tk)
+        if tb < 0:
             continue
         i0 = lo[0] + c * chunk
         i1 = min(i0 + chunk - 1, hi[0])
+        ka, kb = ta * TILE, min(tb * TILE + TILE - 1, m2 - 1)
         k0 = lo[2] + ka
         nw = kb - ka + 1  # segments written
         nx = min(kb + 1, m2 - 1) - ka + 1  # points whose edges they use
@@ -424,22 +421,23 @@ def generate(vol, ext, level, lo, hi, chunk, vloc, tloc, vtask, ttask, voff, tof
                         False, 0)
         X64 = np.zeros(2 * XL // 8, np.uint64)  # crossed-edge bits, planes i and i + 1 by parity
         X = X64.view(np.uint8)
-        V = np.zeros(2 * XL, np.int32)  # first vertex number at each point (the mesh has int32 indices)
         E = np.empty(6 * XL, np.int32)  # per parity and axis, the vertex number of each crossed edge
         C64 = np.zeros(XL // 8, np.uint64)  # cube cases
         C = C64.view(np.uint8)
         q = np.zeros(XL + 1, np.uint8)
-        T = np.zeros(nj * W, np.int32)  # next triangle of each segment
+        nct = tb - ta + 2  # tiles a row's counters cover: ta .. tb and the next (the lead column of kb + 1)
+        lead = np.zeros((ny, nct), np.int64)  # per row and tile: the next vertex of its lead column,
+        cur = np.zeros((ny, nct), np.int64)  # of its other points,
+        tcur = np.zeros((nj, nct), np.int64)  # its next triangle
+        for rr in range(nj):
+            for t in range(nct - 1):
+                tcur[rr, t] = tbase[(row0 + rr) * ntk + ta + t]
         at = np.empty((2, 12), np.int64)  # per parity of i, per cube edge: its place in E at (j0, k0)
         for le in range(12):
             for par in range(2):
                 pl = par if edge[le, 0] == 0 else 1 - par
                 at[par, le] = (3 * pl + edge[le, 3]) * XL + edge[le, 1] * W + edge[le, 2]
-        _first_rows(V, vloc, voff, seg0 + ka, s, ny, nj, nx, m2, W)
-        for rr in range(nj):
-            for w in range(nw):
-                x = seg0 + rr * m2 + ka + w
-                T[rr * W + w] = toff[s] + tloc[x]
+        _cursors(vbase, lt, row0, ntk, ta, ny, lead, cur)
         _plane_edges(S, 0, PL, W, XL, X[:XL], i0 < hi[0], j0, nj, hi[1])
         ga = np.zeros(3)
         gb = np.zeros(3)
@@ -455,54 +453,54 @@ def generate(vol, ext, level, lo, hi, chunk, vloc, tloc, vtask, ttask, voff, tof
             if i == hi[0]:  # the last plane: no cubes
                 continue
             if i >= i0:
-                xc, vc = X[ps * XL:(ps + 1) * XL], V[ps * XL:(ps + 1) * XL]
-                # The next plane's crossings, first vertex numbers and vertices (numbers
-                # only when it is the next chunk's)
-                xn, vn = X[(1 - ps) * XL:(2 - ps) * XL], V[(1 - ps) * XL:(2 - ps) * XL]
-                _plane_edges(S, p + 1, PL, W, XL, xn, i + 1 < hi[0], j0, nj, hi[1])
-                if i < i1:
-                    for x in range(XL):
-                        b = xc[x]
-                        vn[x] = vc[x] + ((b & 1) + ((b >> 1) & 1) + (b >> 2))
-                else:
-                    _first_rows(vn, vloc, voff, seg0 + m1 * m2 + ka, s + ngr, ny, nj, nx, m2, W)
+                # The next plane's crossings and vertex numbers (only numbers when it is the next chunk's)
+                _plane_edges(S, p + 1, PL, W, XL, X[(1 - ps) * XL:(2 - ps) * XL], i + 1 < hi[0], j0, nj, hi[1])
+                if i == i1:
+                    _cursors(vbase, lt, row0 + m1, ntk, ta, ny, lead, cur)
             nown = nj if i < i1 else 0
-            cnt = _vertices(field, out, cnt, i + 1, p + 1, j0, k0, X64, X, V, E, XL, W, ny, nown, nx, nw)
+            cnt = _vertices(field, out, cnt, i + 1, p + 1, j0, k0, X64, X, E, XL, W, ny, nown, nx, nw, lead, cur)
             if i < i0 or ncube_rows <= 0:
                 continue
             _cases(S[p * PL:], S[(p + 1) * PL:], S[(p + 1) * PL + W:], S[p * PL + W:], ncube_rows * W, q, C)
-            _faces(C64, C, T, E, at[ps], ntri, tri, ncube_rows, W, min(nw, nz), faces)
+            _faces(C64, C, tcur, E, at[ps], ntri, tri, ncube_rows, W, min(nw, nz), faces)
         _emit(buf, num, cnt, level, geo, res, has_vals, verts, normals, vout)
 
 
 @numba.njit(inline="always")
-def _vertices(field, out, cnt, i, p, j0, k0, X64, X, V, E, XL, W, ny, nown, nx, nw):
+def _vertices(field, out, cnt, i, p, j0, k0, X64, X, E, XL, W, ny, nown, nx, nw, lead, cur):
     """The vertex numbers of the crossed edges of plane i (the task's plane p) into E,
-    rows 0 .. ny - 1, points 0 .. nx - 1; the vertices themselves of the first `nown`
-    rows, points 0 .. nw - 1 (the task's own), gathered `_BATCH` at a time: `cnt`
-    gathered before, returns how many are gathered and not yet written.
+    rows 0 .. ny - 1, points 0 .. nx - 1 (from a tile's start), taken from the tiles'
+    counters `lead` and `cur` in the numbering's order; the vertices themselves of the
+    first `nown` rows, points 0 .. nw - 1 (the task's own), gathered `_BATCH` at a time:
+    `cnt` gathered before, returns how many are gathered and not yet written.
 
     `field`: the volume and what generate's vertices take from it; `out`: the mesh's
     arrays and the scratch of _gather and _emit."""
     vol, ext, level, geo, offset, vals, has_vals, keys, has_keys, dims, keybase = field
     verts, normals, vout, buf, num, res, ga, gb = out
     ps = p & 1
-    xc, vc = X[ps * XL:(ps + 1) * XL], V[ps * XL:(ps + 1) * XL]
     xw = X64[ps * XL // 8:(ps + 1) * XL // 8]
     ep = E[3 * ps * XL:3 * (ps + 1) * XL]
     for rr in range(ny):
         for wd in range(rr * W // 8, (rr * W + nx + 7) // 8):
             word = xw[wd] & _below(rr * W + nx - wd * 8)  # a bit per crossed edge
             mine = word & _below(rr * W + nw - wd * 8) if rr < nown else np.uint64(0)
-            while word:  # one pass per edge, whatever its axis
+            while word:  # one pass per edge, whatever its axis, by point then axis
                 bit = _cttz(word)
                 word &= word - np.uint64(1)
                 x = wd * 8 + (bit >> 3)
                 a = bit & 7
-                n = vc[_u(x)] + _popc(xc[_u(x)] & ((1 << a) - 1))
+                w = x - rr * W
+                t = w // TILE
+                if w - t * TILE == 0:
+                    n = lead[_u(rr), _u(t)]
+                    lead[_u(rr), _u(t)] = n + 1
+                else:
+                    n = cur[_u(rr), _u(t)]
+                    cur[_u(rr), _u(t)] = n + 1
                 ep[_u(a * XL + x)] = n
                 if (mine >> bit) & np.uint64(1):  # almost always: others' edges are at the task's edges
-                    _gather(vol, ext, i, j0 + rr, k0 + x - rr * W, a, n, offset, vals, has_vals, keys, has_keys,
+                    _gather(vol, ext, i, j0 + rr, k0 + w, a, n, offset, vals, has_vals, keys, has_keys,
                             dims, keybase, buf, num, cnt, ga, gb)
                     cnt += 1
                     if cnt == _BATCH:
@@ -512,19 +510,21 @@ def _vertices(field, out, cnt, i, p, j0, k0, X64, X, V, E, XL, W, ny, nown, nx, 
 
 
 @numba.njit(inline="always")
-def _faces(C64, C, T, E, ed, ntri, tri, rows, W, last, faces):
+def _faces(C64, C, tcur, E, ed, ntri, tri, rows, W, last, faces):
     """The triangles of the crossed cubes among the first `last` of each of `rows` rows of
-    cases C; `ed`: per cube edge its place in E relative to the cube's."""
+    cases C, numbered from the tiles' counters `tcur`; `ed`: per cube edge its place in E
+    relative to the cube's."""
     for rr in range(rows):
         for wd in range(rr * W // 8, (rr * W + last + 7) // 8):
             hot = _crossed(C64[wd]) & _below(rr * W + last - wd * 8)
-            while hot:  # one pass per crossed cube
+            while hot:  # one pass per crossed cube, by point
                 x = wd * 8 + (_cttz(hot) >> 3)
                 hot &= hot - np.uint64(1)
                 cs = C[_u(x)]
                 nt = ntri[cs]
-                tt = T[_u(x)]
-                T[_u(x)] = tt + nt
+                t = (x - rr * W) // TILE
+                tt = tcur[_u(rr), _u(t)]
+                tcur[_u(rr), _u(t)] = tt + nt
                 for u in range(nt):
                     r = _u(tt + u)
                     faces[r, 0] = E[_u(ed[_u(tri[cs, _u(3 * u)])] + x)]

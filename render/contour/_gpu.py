@@ -34,7 +34,7 @@ import numpy as np
 from insitu import arrays
 from insitu.log import get_logger
 
-from ._tables import CORNERS, EDGE_AXIS, EDGE_BASE
+from ._tables import CORNERS, EDGE_AXIS, EDGE_BASE, TILE
 
 _log = get_logger(__name__)
 
@@ -51,7 +51,7 @@ _SOURCE = r"""
 #define EDGE_K {%(e2)s}
 #define EDGE_A {%(ea)s}
 #define FULL 0xFFFFFFFFu
-#define TILE %(tile)s  // segments along k per warp: a tile of the two-level scan
+#define TILE %(tile)s  // points along k per warp: a tile of the numbering (_tables.TILE)
 #define UROWS 24  // rows j per unit (8 warps of 3 rows in pass 1, 3 x 8 warps of 1 row in pass 2)
 
 struct Vol { long long s0, s1, s2; int elo[3], ehi[3]; };  // strides; samples gradients use
@@ -214,9 +214,9 @@ __device__ __forceinline__ int case_of(int q) {
 // the loads and ballots only. Every sample of the box is also tested for NaN and inf.
 template <typename T, int R, int MINB, bool LIST>
 __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, const Vol g, const Box b,
-        const double level, const float levelf, const signed char* __restrict__ ntri, int* nvert_out,
-        int* ntri_out, int* __restrict__ vloc, int* __restrict__ tloc, int* __restrict__ vtile,
-        int* __restrict__ ttile, unsigned long long* stats, int* units, unsigned* __restrict__ planes) {
+        const double level, const float levelf, const signed char* __restrict__ ntri, int* __restrict__ vtile,
+        int* __restrict__ ttile, int* __restrict__ ltile, unsigned long long* stats, int* units,
+        unsigned* __restrict__ planes) {
     __shared__ unsigned char s_ntri[256];  // by quad() bits
     __shared__ int s_next;
     const int tid = threadIdx.y * 32 + threadIdx.x;
@@ -301,29 +301,17 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
     if (nrow == R + 1 && U == FULL) run(Bool<true>()); else run(Bool<false>());
     if (lane == 0)
         planes[span_of(b, c, (j0 - b.lo1) / R, by, R)] = first < 0 ? 0u : (first - i0 + 1) << 16 | (last - i0 + 1);
-    // The first level of the scan: a tile is the TILE segments of one row a warp counts;
-    // vloc/tloc: a segment's first vertex/face within its tile, vtile/ttile: the tile's
-    // totals (tile (c * m1 + j - lo1) * nby + by, in segment order).
+    // Per tile (the TILE points of a row a warp counts: tile (c * m1 + j - lo1) * nby + by) its
+    // vertices, triangles and lead column's vertices (see _tables.TILE): the caller scans them.
     #pragma unroll
     for (int r = 0; r < R; ++r) {
         if (r >= nrow) continue;
-        int sv = own ? nv[r] : 0, st = own ? nt[r] : 0;
-        #pragma unroll
-        for (int d = 1; d < 32; d <<= 1) {
-            const int uv = __shfl_up_sync(FULL, sv, d), ut = __shfl_up_sync(FULL, st, d);
-            if (lane >= d) { sv += uv; st += ut; }
-        }
-        const long long row = (long long)c * m1 + j0 + r - b.lo1;
-        if (own) {
-            const long long seg = row * m2 + k - b.lo2;
-            nvert_out[seg] = nv[r];
-            ntri_out[seg] = nt[r];
-            vloc[seg] = sv - nv[r];
-            tloc[seg] = st - nt[r];
-        }
-        if (lane == 31) {
-            vtile[row * b.nby + by] = sv;
-            ttile[row * b.nby + by] = st;
+        const int sv = __reduce_add_sync(FULL, own ? nv[r] : 0), st = __reduce_add_sync(FULL, own ? nt[r] : 0);
+        if (lane == 0) {
+            const long long tile = ((long long)c * m1 + j0 + r - b.lo1) * b.nby + by;
+            vtile[tile] = sv;
+            ttile[tile] = st;
+            ltile[tile] = nv[r];
         }
     }
     // stats: warps that met NaN or inf, vertices, triangles (exact: the caller's scans are int32)
@@ -365,17 +353,19 @@ __device__ __forceinline__ int edge_bits(const unsigned* X, int s) {
     return ((X[0] >> s) & 1u) | (((X[1] >> s) & 1u) << 1) | (((X[2] >> s) & 1u) << 2);
 }
 
-// Pass 2: faces, and the edge of each vertex a segment owns (positions come in mc_vertex,
-// one thread per vertex). A warp walks the segments of one row j and TILE = 30 points k0 ..
-// k0 + 29 (lanes 30, 31 lend samples), keeping for each its running vertex numbers in the four
-// segments (j + dj, k + dk) whose vertices its cubes use; warps whose segments have
+// Pass 2: faces, and the edge of each vertex (positions come in mc_vertex, one thread per
+// vertex), numbered as _tables.TILE says. A warp walks one tile (row j, TILE = 30 points
+// k0 .. k0 + 29; lanes 30, 31 lend samples) plane by plane. A lane's cube uses the vertices
+// of four points (j + dj, k + dk): a lead column's (lane 0's own, or lane 30's: the next
+// tile's) counted along it from the tile's first vertex, the others' from the first vertex
+// of the plane in their tile (the tile's, its lead column's count, the planes before) and
+// the warp's lanes before, all from the ballots of rows j .. j + 2. Warps of tiles with
 // nothing leave at once, planes with no crossed edge in reach are stepped over. Vertex
 // and face numbers fit int32 (checked by the caller).
 template <typename T, int MINB, bool LIST>
 __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, const Vol g, const Box b,
-        const double level, const float levelf, const int* __restrict__ nvert, const int* __restrict__ ntri_seg,
-        const int* __restrict__ vloc, const int* __restrict__ tloc, const int* __restrict__ vtile,
-        const int* __restrict__ ttile, const int* __restrict__ vti, const int* __restrict__ tti, const int ntk,
+        const double level, const float levelf, const int* __restrict__ vtile, const int* __restrict__ ttile,
+        const int* __restrict__ ltile, const int* __restrict__ vti, const int* __restrict__ tti, const int ntk,
         const signed char* __restrict__ ntri, const signed char* __restrict__ tri,
         int* __restrict__ faces, long long* __restrict__ vedge, const unsigned vroom, const unsigned froom,
         int* units, const unsigned* __restrict__ planes) {
@@ -389,7 +379,7 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
         s_tri[q] = (q & 15) < 15 ? (unsigned char)tri[15 * (q >> 4) + (q & 15)] : 0;
     __syncthreads();
     const int lane = threadIdx.x;
-    const int m1 = b.hi1 - b.lo1 + 1, m2 = b.hi2 - b.lo2 + 1;
+    const int m1 = b.hi1 - b.lo1 + 1;
     // A block takes a third of a unit's rows, the next block the next third (the same
     // unit): the 8 warps each load rows j .. j + 2, so most of their loads hit in L1.
     int round, calls = 0;
@@ -399,12 +389,12 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     unit_of(u, b, bx, by, c);
     {
     const int r1 = UROWS * bx + 8 * round + threadIdx.y, j = b.lo1 + r1;
-    const int r2 = TILE * by + lane, k = b.lo2 + r2;
+    const int k = b.lo2 + TILE * by + lane;
     if (j > b.hi1 || k - lane > b.hi2) continue;
     const bool kin = k <= b.hi2, own = kin && lane < TILE;
     const int i0 = b.lo0 + c * b.chunk, i1 = min(i0 + b.chunk - 1, b.hi0);
-    const long long seg = ((long long)c * m1 + r1) * m2 + r2;
-    if (!__any_sync(FULL, own && (nvert[seg] | ntri_seg[seg]))) continue;
+    const long long tile = ((long long)c * m1 + r1) * ntk + by;  // the warp's
+    if (!(vtile[tile] | ttile[tile])) continue;
     // The planes to walk: from the first to the last where pass 1 saw samples of rows j ..
     // j + 2 on both sides (its warps of CR rows hold rows j0 .. j0 + CR: one or two of them).
     // Outside them no edge of these rows is crossed: no vertex, no face, counts unchanged.
@@ -423,27 +413,44 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     const int nrow = min(3, b.hi1 - j + 1);
     const unsigned K2 = __ballot_sync(FULL, lane < 31 && k < b.hi2);
     const bool cube_jk = own && j < b.hi1 && k < b.hi2;
-    // A segment's first vertex: its tile's (exclusive scan of the tile totals) plus its own
-    // within the tile (see mc_count).
-    auto first_vertex = [&](long long s, int cc, int rr1, int rr2) {
-        const long long tile = ((long long)cc * m1 + rr1) * ntk + rr2 / TILE;
-        return vti[tile] - vtile[tile] + vloc[s];
-    };
-    int cnt[4], t = 0;
+    const bool jn = j < b.hi1, kn = by + 1 < ntk;  // row j + 1, the next tile along k exist
+    // Per row j + dj: the first vertex of this tile and of the next along k (its lead
+    // column) in chunk cc, and this tile's lead column's vertex count.
+    auto tile_at = [&](int cc, int dj, int dby) { return ((long long)cc * m1 + r1 + dj) * ntk + by + dby; };
+    auto first = [&](long long t) { return vti[t] - vtile[t]; };
+    int base[2], lead_n[2];
+    #pragma unroll
+    for (int dj = 0; dj < 2; ++dj) {
+        const long long t = tile_at(c, dj, 0);
+        base[dj] = dj == 0 || jn ? first(t) : 0;
+        lead_n[dj] = dj == 0 || jn ? ltile[t] : 0;
+    }
+    // cnt[r], r = 2 dj + dk: the next vertex along the lead column at point (j + dj, k + dk),
+    // for the lanes whose point it is (lane + dk: 0 this tile's, 30 the next one's)
+    int cnt[4];
     #pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const int dj = r >> 1, dk = r & 1;
-        const long long s = seg + dj * m2 + dk;
-        cnt[r] = own && j + dj <= b.hi1 && k + dk <= b.hi2 ? first_vertex(s, c, r1 + dj, r2 + dk) : 0;
+        const int dj = r >> 1, dk = r & 1, l = lane + dk;
+        const bool row = dj == 0 || jn;
+        cnt[r] = row && l == 0 ? base[dj] : row && l == TILE && kn ? first(tile_at(c, dj, 1)) : 0;
     }
-    if (own) {
-        const long long tile = ((long long)c * m1 + r1) * ntk + r2 / TILE;
-        t = tti[tile] - ttile[tile] + tloc[seg];
-    }
+    // run[dj]: the first vertex of the plane's other points in row j + dj's tile (its first
+    // vertex, its lead column's count and the other points' vertices of the planes before)
+    int run[2] = {base[0] + lead_n[0], base[1] + lead_n[1]};
+    const int f0 = tti[tile] - ttile[tile];  // the tile's first face
+    int trun = 0;
+    // A plane's crossed edges per lane as two masks: L the count's low bit, H its high bit
+    // (three edges a point: count = L + 2 H); vertices of points 1 .. 29 or of those before
+    // a lane's, by two popcounts.
+    constexpr unsigned OTHERS = 0x3FFFFFFEu;  // lanes 1 .. 29: the points numbered plane by plane
+    const unsigned mine = ((1u << lane) - 1u) & OTHERS;
+    auto lo_bit = [](const unsigned* X) { return X[0] ^ X[1] ^ X[2]; };
+    auto hi_bit = [](const unsigned* X) { return (X[0] & X[1]) | (X[0] & X[2]) | (X[1] & X[2]); };
+    auto count2 = [](unsigned L, unsigned H, unsigned m) { return __popc(L & m) + 2 * __popc(H & m); };
     const long long s0 = g.s0, s1 = g.s1;
     const T* p = v + ia * s0 + j * s1 + (long long)k * g.s2;
     const int eb0[12] = EDGE_I, eb1[12] = EDGE_J, eb2[12] = EDGE_K, ea[12] = EDGE_A;
-    auto run = [&](auto full) {
+    auto run_planes = [&](auto full) {
         constexpr bool F = decltype(full)::value;
         const int nr = F ? 3 : nrow;
         unsigned A[3], Bm[3] = {0u, 0u, 0u}, Cm[3] = {0u, 0u, 0u}, XP[2][3], XN[2][3];
@@ -468,48 +475,76 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
                 int B[4];
                 #pragma unroll
                 for (int r = 0; r < 4; ++r) B[r] = edge_bits(XP[r >> 1], (lane + (r & 1)) & 31);
-                if (own) {
-                    int n = cnt[0];
+                const unsigned L0 = lo_bit(XP[0]), H0 = hi_bit(XP[0]), L1 = lo_bit(XP[1]), H1 = hi_bit(XP[1]);
+                const bool l0 = lane == 0, l29 = lane + 1 == TILE;  // lead columns: this tile's, the next one's
+                if (own && B[0]) {
+                    int n = l0 ? cnt[0] : run[0] + count2(L0, H0, mine);
                     #pragma unroll
                     for (int a = 0; a < 3; ++a)
                         if ((B[0] >> a) & 1) {
                             if ((unsigned)n < vroom) vedge[n] = pack(i, j, k, a);
                             ++n;
                         }
-                    if (cube_jk && i < b.hi0) {
-                        const int cs = s_case[quad(A[0], A[1], Bm[0], Bm[1], lane)];
-                        const int nt = s_ntri[cs];
-                        if (nt) {
-                            int Bn[4], nb[4];  // plane i + 1: crossed edges, first vertex in the four segments
-                            #pragma unroll
-                            for (int r = 0; r < 4; ++r) {
-                                Bn[r] = edge_bits(XN[r >> 1], (lane + (r & 1)) & 31);
-                                if (i == i1) {  // the next plane starts the next chunk's segments
-                                    const long long s = seg + (long long)m1 * m2 + (r >> 1) * m2 + (r & 1);
-                                    nb[r] = first_vertex(s, c + 1, r1 + (r >> 1), r2 + (r & 1));
-                                } else {
-                                    nb[r] = cnt[r] + __popc(B[r]);
-                                }
-                            }
-                            #pragma unroll
-                            for (int e = 0; e < 12; ++e) {
-                                const int r = 2 * eb1[e] + eb2[e], below = (1 << ea[e]) - 1;
-                                s_vid[e * 256 + tid] = eb0[e] ? nb[r] + __popc(Bn[r] & below)
-                                                              : cnt[r] + __popc(B[r] & below);
-                            }
-                            const uint4 row = *reinterpret_cast<const uint4*>(s_tri + 16 * cs);
-                            const unsigned w[4] = {row.x, row.y, row.z, row.w};
-                            int* f = faces + 3 * (long long)t;
-                            const int ne = (unsigned)(t + nt) <= froom ? 3 * nt : 0;  // the room's end
-                            #pragma unroll
-                            for (int e = 0; e < 15; ++e)
-                                if (e < ne) f[e] = s_vid[((w[e >> 2] >> (8 * (e & 3))) & 0xFFu) * 256 + tid];
-                            t += nt;
+                }
+                int cs = 0, nt = 0;
+                if (cube_jk && i < b.hi0) {
+                    cs = s_case[quad(A[0], A[1], Bm[0], Bm[1], lane)];
+                    nt = s_ntri[cs];
+                }
+                const unsigned n0 = __ballot_sync(FULL, nt & 1), n1 = __ballot_sync(FULL, nt & 2),
+                               n2 = __ballot_sync(FULL, nt & 4);
+                if (nt) {
+                    // first vertex number at the four points (j + dj, k + dk), r = 2 dj + dk, in
+                    // plane i (P) and i + 1 (Q); a point's next along k: its own vertices on
+                    int Bn[4], P[4], Q[4], lead[4], nb[2];
+                    #pragma unroll
+                    for (int r = 0; r < 4; ++r) Bn[r] = edge_bits(XN[r >> 1], (lane + (r & 1)) & 31);
+                    const int p0 = run[0] + count2(L0, H0, mine), p2 = run[1] + count2(L1, H1, mine);
+                    P[0] = l0 ? cnt[0] : p0;
+                    P[1] = l29 ? cnt[1] : p0 + (l0 ? 0 : __popc(B[0]));
+                    P[2] = l0 ? cnt[2] : p2;
+                    P[3] = l29 ? cnt[3] : p2 + (l0 ? 0 : __popc(B[2]));
+                    if (i < i1) {
+                        #pragma unroll
+                        for (int r = 0; r < 4; ++r) lead[r] = cnt[r] + __popc(B[r]);
+                        nb[0] = run[0] + count2(L0, H0, OTHERS);
+                        nb[1] = run[1] + count2(L1, H1, OTHERS);
+                    } else {  // plane i + 1 is the next chunk's first: its tiles
+                        #pragma unroll
+                        for (int dj = 0; dj < 2; ++dj) {
+                            const long long t = tile_at(c + 1, dj, 0);
+                            lead[2 * dj] = first(t);
+                            nb[dj] = lead[2 * dj] + ltile[t];
+                            lead[2 * dj + 1] = l29 ? first(tile_at(c + 1, dj, 1)) : 0;
                         }
                     }
+                    const int q0 = nb[0] + count2(lo_bit(XN[0]), hi_bit(XN[0]), mine);
+                    const int q2 = nb[1] + count2(lo_bit(XN[1]), hi_bit(XN[1]), mine);
+                    Q[0] = l0 ? lead[0] : q0;
+                    Q[1] = l29 ? lead[1] : q0 + (l0 ? 0 : __popc(Bn[0]));
+                    Q[2] = l0 ? lead[2] : q2;
+                    Q[3] = l29 ? lead[3] : q2 + (l0 ? 0 : __popc(Bn[2]));
+                    #pragma unroll
+                    for (int e = 0; e < 12; ++e) {
+                        const int r = 2 * eb1[e] + eb2[e], below = (1 << ea[e]) - 1;
+                        s_vid[e * 256 + tid] = eb0[e] ? Q[r] + __popc(Bn[r] & below) : P[r] + __popc(B[r] & below);
+                    }
+                    // faces plane by plane in the tile, by lane: neighbouring lanes write neighbouring faces
+                    const unsigned bl = (1u << lane) - 1u;
+                    const int t = f0 + trun + __popc(n0 & bl) + 2 * __popc(n1 & bl) + 4 * __popc(n2 & bl);
+                    const uint4 row = *reinterpret_cast<const uint4*>(s_tri + 16 * cs);
+                    const unsigned w[4] = {row.x, row.y, row.z, row.w};
+                    int* f = faces + 3 * (long long)t;
+                    const int ne = (unsigned)(t + nt) <= froom ? 3 * nt : 0;  // the room's end
+                    #pragma unroll
+                    for (int e = 0; e < 15; ++e)
+                        if (e < ne) f[e] = s_vid[((w[e >> 2] >> (8 * (e & 3))) & 0xFFu) * 256 + tid];
                 }
+                trun += __popc(n0) + 2 * __popc(n1) + 4 * __popc(n2);
                 #pragma unroll
                 for (int r = 0; r < 4; ++r) cnt[r] += __popc(B[r]);
+                run[0] += count2(L0, H0, OTHERS);
+                run[1] += count2(L1, H1, OTHERS);
             }
             #pragma unroll
             for (int r = 0; r < 3; ++r) { A[r] = Bm[r]; Bm[r] = Cm[r]; Cm[r] = 0u; }
@@ -528,7 +563,7 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
             step(i + 1, q4);
         }
     };
-    if (nrow == 3 && k - lane + 31 <= b.hi2) run(Bool<true>()); else run(Bool<false>());
+    if (nrow == 3 && k - lane + 31 <= b.hi2) run_planes(Bool<true>()); else run_planes(Bool<false>());
     }
     }
 }
@@ -625,7 +660,7 @@ def source(ctype: str) -> tuple[str, list[str], tuple[str, ...]]:
     subst = {f"c{a}": ", ".join(str(int(x)) for x in CORNERS[:, a]) for a in range(3)}
     subst.update({f"e{a}": ", ".join(str(int(x)) for x in EDGE_BASE[:, a]) for a in range(3)})
     subst["ea"] = ", ".join(str(int(x)) for x in EDGE_AXIS)
-    subst["tile"] = _TILE
+    subst["tile"] = TILE
     names = [f"mc_{kind}<{ctype}, {args}{listed}>" for kind, args in _KERNELS.items()
              for listed in ((", true", ", false") if kind != "vertex" else ("",))]
     return _SOURCE % subst, names + ["mc_units", "mc_list"], _OPTIONS
@@ -704,7 +739,6 @@ def _levelf(level: float) -> np.float32:
     return np.nextafter(f, np.float32(-np.inf)) if float(f) > level else f
 
 
-_TILE = 30  # segments along k per tile of the two-level scan: the points a warp owns
 _UROWS = 24  # rows j per unit: 8 warps of 3 rows in pass 1
 assert 8 * int(_KERNELS["count"].split(",")[0]) == _UROWS
 
@@ -712,7 +746,7 @@ assert 8 * int(_KERNELS["count"].split(",")[0]) == _UROWS
 def unit_grid(lo, hi, chunk) -> tuple[int, int, int]:
     """Units of the box along (chunks, rows j, points k): what both passes visit or skip."""
     m = [h - l + 1 for l, h in zip(lo, hi)]
-    return (m[0] - 1) // chunk + 1, -(-m[1] // _UROWS), -(-m[2] // _TILE)
+    return (m[0] - 1) // chunk + 1, -(-m[1] // _UROWS), -(-m[2] // TILE)
 
 
 class Scratch:
@@ -725,26 +759,25 @@ class Scratch:
     KEEP = 2
 
     @classmethod
-    def get(cls, nlevels: int, nseg: int, ntiles: int, nunits: int, nspans: int, listed: bool) -> "Scratch":
+    def get(cls, nlevels: int, ntiles: int, nunits: int, nspans: int, listed: bool) -> "Scratch":
         """The scratch for this geometry on the current device, stream and thread, zeroed where it must be."""
         import cupy
 
-        key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, threading.get_ident(), nlevels, nseg,
-               ntiles, nunits, nspans, listed)
-        sc = cls._kept.pop(key, None) or cls(nlevels, nseg, ntiles, nunits, nspans, listed)
+        key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, threading.get_ident(), nlevels, ntiles,
+               nunits, nspans, listed)
+        sc = cls._kept.pop(key, None) or cls(nlevels, ntiles, nunits, nspans, listed)
         cls._kept[key] = sc  # the most recent last
         while len(cls._kept) > cls.KEEP:
             cls._kept.pop(next(iter(cls._kept)))
         sc.zero()
         return sc
 
-    def __init__(self, nlevels: int, nseg: int, ntiles: int, nunits: int, nspans: int, listed: bool):
+    def __init__(self, nlevels: int, ntiles: int, nunits: int, nspans: int, listed: bool):
         import cupy
 
-        (self.counts, self.local, self.tiles, self.planes, self.bad, self.units, self.active) = mesh_arrays([
-            (np.int32, (2, nlevels, nseg)), (np.int32, (2, nlevels, nseg)),
+        (self.tiles, self.planes, self.bad, self.units, self.active) = mesh_arrays([
             # from here to the end of `units` (listed) or of `bad`: zeroed per call
-            (np.int32, (2, nlevels, ntiles)),  # tiles: tiles of units not visited hold nothing
+            (np.int32, (3, nlevels, ntiles)),  # tiles: tiles of units not visited hold nothing
             (np.uint32, (nlevels, nspans)),  # planes: pass 1's plane spans, none in units not visited
             (np.uint64, (3,)),  # bad: non-finite flag, vertex and triangle totals
             (np.int32, (nlevels, 3 + nunits)),  # units: per level how many, which (see select)
@@ -800,12 +833,6 @@ def span_count(lo, hi, chunk) -> int:
     return ((m[0] - 1) // chunk + 1) * -(-m[1] // (_UROWS // 8)) * unit_grid(lo, hi, chunk)[2]
 
 
-def tile_count(lo, hi, chunk) -> int:
-    """Tiles of the box: (chunks x rows) x tiles per row."""
-    m = [h - l + 1 for l, h in zip(lo, hi)]
-    return ((m[0] - 1) // chunk + 1) * m[1] * -(-m[2] // _TILE)
-
-
 def _launch(kind: str, vol, lo, hi, chunk, listed: bool) -> tuple:
     """Grid and block of a pass: a block per piece of work over every unit, or (`listed`)
     blocks that take the listed units until none is left."""
@@ -813,35 +840,33 @@ def _launch(kind: str, vol, lo, hi, chunk, listed: bool) -> tuple:
     return (min(n, _blocks_per_launch(kind, vol.device.id)) if listed else n,), (32, 8)
 
 
-def count(vol, ext, level, lo, hi, chunk, tables, nvert_out, ntri_out, vloc, tloc, vtile, ttile, stats,
-          units, planes, listed: bool) -> None:
-    """Pass 1 (see _cpu.count) over the units listed by select() and the first level of
-    the scan: per segment its counts and its first vertex and face within its tile
-    (`vloc`, `tloc`), per tile its totals (`vtile`, `ttile`, zeroed by the caller; see
-    tile_count). Adds to the device uint64 `stats`: [0] the number of warps that met a
-    non-finite sample, [1] vertices, [2] triangles (totals in 64 bits, so int32 scans can
-    be trusted when these fit int32). `planes` (uint32, span_count, zeroed by the caller)
-    gets per warp the first and last plane where its samples are not all on one side: the
-    walk steps over the planes before and after. `listed`: units from select(), else every
-    unit (a list 0, 1, ... of them all)."""
+def count(vol, ext, level, lo, hi, chunk, tables, vtile, ttile, ltile, stats, units, planes,
+          listed: bool) -> None:
+    """Pass 1 (see _cpu.count) over the units listed by select(): per tile its vertices,
+    triangles and lead column's vertices (`vtile`, `ttile`, `ltile`, zeroed by the
+    caller; see _tables.TILE). Adds to the device uint64 `stats`: [0] the number of warps
+    that met a non-finite sample, [1] vertices, [2] triangles (totals in 64 bits, so int32
+    scans can be trusted when these fit int32). `planes` (uint32, span_count, zeroed by the
+    caller) gets per warp the first and last plane where its samples are not all on one
+    side: the walk steps over the planes before and after. `listed`: units from select(),
+    else every unit (a list 0, 1, ... of them all)."""
     grid, block = _launch("count", vol, lo, hi, chunk, listed)
     box = _box(tuple(lo), tuple(hi), chunk)
     _kernel("count", vol.dtype, listed)(grid, block, (vol, _vol(vol, ext), box, np.float64(level), _levelf(level),
-                                                      tables[0], nvert_out, ntri_out, vloc, tloc, vtile, ttile, stats,
-                                                      units, planes))
+                                                      tables[0], vtile, ttile, ltile, stats, units, planes))
 
 
-def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, starts, vti, n, ntiles, room, known, tables, geo,
+def generate(vol, ext, level, lo, hi, chunk, tiles, vti, tti, n, ntiles, room, known, tables, geo,
              offset, vals, keys, dims, keybase, verts, faces, normals, vout, vedge, units, planes,
              listed: bool) -> None:
-    """Pass 2 (see _cpu.generate) for level `n`: faces and vertex edges per segment, then
-    its vertices one per thread. `starts`: count()'s vloc, tloc, vtile, ttile and the
-    level's inclusive int32 scans of vtile and ttile (global numbering); `vti`: the scan
-    of every level's tiles (`ntiles` a level), where the vertex kernel finds the level's
-    first and last vertex; `room`: (vertices, faces) the mesh arrays hold, nothing is
-    written beyond (the counts may not be known yet); `known`: the level's vertex count
-    when it is; `vals`, `keys`, `vout` may be None; `vedge`: int64 scratch, room[0];
-    `planes`: count()'s plane spans of the level."""
+    """Pass 2 (see _cpu.generate) for level `n`: faces and vertex edges per tile, then
+    its vertices one per thread. `tiles`: count()'s vtile, ttile, ltile of the level;
+    `vti`, `tti`: the inclusive int32 scans of every level's vtile and ttile (`ntiles` a
+    level: the global numbering), where the vertex kernel also finds the level's first and
+    last vertex; `room`: (vertices, faces) the mesh arrays hold, nothing is written beyond
+    (the counts may not be known yet); `known`: the level's vertex count when it is;
+    `vals`, `keys`, `vout` may be None; `vedge`: int64 scratch, room[0]; `planes`:
+    count()'s plane spans of the level."""
     if max(h - l for l, h in zip(lo, hi)) >= 2**20:
         raise ValueError(f"marching_cubes: box {lo}..{hi} is too long for the GPU path (2^20 samples per axis)")
     if known == 0:  # nothing crossed at this level: no faces either
@@ -855,10 +880,11 @@ def generate(vol, ext, level, lo, hi, chunk, nvert, ntri_seg, starts, vti, n, nt
         cupy.cuda.runtime.memsetAsync(units.data.ptr + 2 * units.itemsize, 0, units.itemsize,
                                       cupy.cuda.get_current_stream().ptr)
     ntk = unit_grid(lo, hi, chunk)[2]
-    _kernel("walk", vol.dtype, listed)(grid, block, (vol, g, box, np.float64(level), _levelf(level), nvert,
-                                                     ntri_seg, *starts, np.int32(ntk), tables[0], tables[1], faces,
-                                                     vedge, np.uint32(room[0]), np.uint32(room[1]), units,
-                                                     planes))
+    level_tiles = slice(n * ntiles, (n + 1) * ntiles)
+    _kernel("walk", vol.dtype, listed)(grid, block, (vol, g, box, np.float64(level), _levelf(level), *tiles,
+                                                     vti[level_tiles], tti[level_tiles], np.int32(ntk), tables[0],
+                                                     tables[1], faces, vedge, np.uint32(room[0]),
+                                                     np.uint32(room[1]), units, planes))
     ptr = lambda a: 0 if a is None else a.data.ptr  # noqa: E731
     vg = _vol(vals, ext) if vals is not None else np.zeros((), _record(tuple(_VOL)))
     o = _struct(_OUT, [geo[:3], 1.0 / geo[:3], geo[3:], offset, dims, keybase, ptr(verts), ptr(faces),

@@ -134,3 +134,25 @@ def chunk_planes(npoints: int) -> int:
     Both backends split rows the same way, so they number vertices and faces alike.
     """
     return max(16, -(-npoints // 16))
+
+
+# The mesh's numbering, the same on both backends. A tile is the TILE points k of one row j
+# in one chunk of planes (tiles numbered (chunk, row, column)); its vertices and faces are
+# consecutive, tiles in order. Within a tile come first the vertices of its first point
+# (its lead column: plane by plane, each point's crossed edges by axis), then those of
+# the other points plane by plane (in a plane by point, then axis); its faces plane by
+# plane, by cube. Numbered plane by plane, a GPU warp's lanes write neighbouring entries;
+# the lead column is apart because the tile before reads its numbers without counting
+# the tile's other points.
+TILE = 30
+
+
+def tile_columns(m2: int) -> int:
+    """Tiles along k of a row of `m2` points."""
+    return -(-m2 // TILE)
+
+
+def tile_count(lo, hi, chunk: int) -> int:
+    """Tiles of the point box ``lo..hi`` (inclusive): chunks x rows x tiles per row."""
+    m = [h - l + 1 for l, h in zip(lo, hi)]
+    return ((m[0] - 1) // chunk + 1) * m[1] * tile_columns(m[2])
