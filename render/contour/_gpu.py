@@ -425,14 +425,14 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
         base[dj] = dj == 0 || jn ? first(t) : 0;
         lead_n[dj] = dj == 0 || jn ? ltile[t] : 0;
     }
-    // cnt[r], r = 2 dj + dk: the next vertex along the lead column at point (j + dj, k + dk),
-    // for the lanes whose point it is (lane + dk: 0 this tile's, 30 the next one's)
-    int cnt[4];
+    // cnt[dj]: the next vertex along the lead column at row j + dj that lane 0 (this tile's,
+    // at its point) and lane 29 (the next tile's, at its point k + 1) use
+    const bool l0 = lane == 0, l29 = lane + 1 == TILE;
+    int cnt[2];
     #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-        const int dj = r >> 1, dk = r & 1, l = lane + dk;
+    for (int dj = 0; dj < 2; ++dj) {
         const bool row = dj == 0 || jn;
-        cnt[r] = row && l == 0 ? base[dj] : row && l == TILE && kn ? first(tile_at(c, dj, 1)) : 0;
+        cnt[dj] = row && l0 ? base[dj] : row && l29 && kn ? first(tile_at(c, dj, 1)) : 0;
     }
     // run[dj]: the first vertex of the plane's other points in row j + dj's tile (its first
     // vertex, its lead column's count and the other points' vertices of the planes before)
@@ -476,7 +476,6 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
                 #pragma unroll
                 for (int r = 0; r < 4; ++r) B[r] = edge_bits(XP[r >> 1], (lane + (r & 1)) & 31);
                 const unsigned L0 = lo_bit(XP[0]), H0 = hi_bit(XP[0]), L1 = lo_bit(XP[1]), H1 = hi_bit(XP[1]);
-                const bool l0 = lane == 0, l29 = lane + 1 == TILE;  // lead columns: this tile's, the next one's
                 if (own && B[0]) {
                     int n = l0 ? cnt[0] : run[0] + count2(L0, H0, mine);
                     #pragma unroll
@@ -501,12 +500,12 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
                     for (int r = 0; r < 4; ++r) Bn[r] = edge_bits(XN[r >> 1], (lane + (r & 1)) & 31);
                     const int p0 = run[0] + count2(L0, H0, mine), p2 = run[1] + count2(L1, H1, mine);
                     P[0] = l0 ? cnt[0] : p0;
-                    P[1] = l29 ? cnt[1] : p0 + (l0 ? 0 : __popc(B[0]));
-                    P[2] = l0 ? cnt[2] : p2;
-                    P[3] = l29 ? cnt[3] : p2 + (l0 ? 0 : __popc(B[2]));
+                    P[1] = l29 ? cnt[0] : p0 + (l0 ? 0 : __popc(B[0]));
+                    P[2] = l0 ? cnt[1] : p2;
+                    P[3] = l29 ? cnt[1] : p2 + (l0 ? 0 : __popc(B[2]));
                     if (i < i1) {
                         #pragma unroll
-                        for (int r = 0; r < 4; ++r) lead[r] = cnt[r] + __popc(B[r]);
+                        for (int r = 0; r < 4; ++r) lead[r] = cnt[r >> 1] + __popc(B[r]);
                         nb[0] = run[0] + count2(L0, H0, OTHERS);
                         nb[1] = run[1] + count2(L1, H1, OTHERS);
                     } else {  // plane i + 1 is the next chunk's first: its tiles
@@ -541,8 +540,8 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
                         if (e < ne) f[e] = s_vid[((w[e >> 2] >> (8 * (e & 3))) & 0xFFu) * 256 + tid];
                 }
                 trun += __popc(n0) + 2 * __popc(n1) + 4 * __popc(n2);
-                #pragma unroll
-                for (int r = 0; r < 4; ++r) cnt[r] += __popc(B[r]);
+                cnt[0] += __popc(l29 ? B[1] : B[0]);
+                cnt[1] += __popc(l29 ? B[3] : B[2]);
                 run[0] += count2(L0, H0, OTHERS);
                 run[1] += count2(L1, H1, OTHERS);
             }
