@@ -243,3 +243,37 @@ def test_non_finite_values_field_and_outer_ghosts():
         a[:, 0, :] = np.nan  # axis 1 has no neighbour: all outer ghosts
     v, f, _ = marching_cubes_blocks(dom, arrs, 0.0)
     assert mesh_key(v, f) == mesh_key(*marching_cubes(vol, 0.0)[:2])
+
+
+def _edges_of(verts):
+    """(i, j, k, axis) of the grid edge each vertex lies on (unit spacing, origin 0; no
+    vertex exactly at a sample)."""
+    fl = np.floor(verts).astype(np.int64)
+    frac = verts != fl
+    assert (frac.sum(axis=1) == 1).all()
+    return fl, np.argmax(frac, axis=1)
+
+
+@pytest.mark.parametrize("region", [None, ((3, 2, 5), (46, 34, 70))])
+def test_numbering_is_by_tile_then_plane(region):
+    """Vertices and faces come tile by tile (TILE points of a row in a chunk of planes,
+    tiles by chunk, row, column), in a tile its lead column's vertices first (plane,
+    axis), then the other points' plane by plane (point, axis), its faces plane by plane
+    (point): the order both backends write (render.contour._tables), rebuilt here from
+    where each vertex and triangle lies."""
+    from render.contour._tables import TILE, chunk_planes
+
+    vol = np.random.default_rng(3).standard_normal((47, 35, 71)).astype(np.float32)
+    verts, faces, _ = marching_cubes(vol, 0.1, region=region)
+    lo, hi = ((0, 0, 0), (46, 34, 70)) if region is None else region  # the box of points
+    chunk = chunk_planes(hi[0] - lo[0] + 1)
+    point, axis = _edges_of(verts)
+    i, j, k = (point - lo).T
+    col = k % TILE
+    key = np.stack([i // chunk, j, k // TILE, col != 0, i, np.where(col != 0, k, 0), axis])
+    assert len(verts) > 1000
+    assert (np.lexsort(key[::-1]) == np.arange(len(verts))).all()  # already in key order
+    assert np.unique(key, axis=1).shape[1] == len(verts)  # and no two alike
+    ci, cj, ck = (point[faces].min(axis=1) - lo).T  # a triangle's cube (no face-flat triangles in noise)
+    fkey = np.stack([ci // chunk, cj, ck // TILE, ci, ck])
+    assert (np.lexsort(fkey[::-1]) == np.arange(len(faces))).all()

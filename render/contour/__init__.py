@@ -7,8 +7,8 @@ levels in one call, a second field sampled at the vertices, boundary surfaces of
 integer labels, and blocks of a decomposed domain whose meshes merge into the
 single-block mesh (vertices welded by their global grid edge).
 
-Both backends run the same two passes (count per segment, scan, generate; see
-_cpu.py) and number vertices and faces alike; on the GPU the mesh is written straight
+Both backends run the same two passes (count per tile, scan, generate; see _cpu.py)
+and number vertices and faces alike (_tables.TILE); on the GPU the mesh is written straight
 into device arrays, a renderer's mapped buffers included, and nothing but a few counts
 (one read) crosses to the host.
 """

@@ -1,19 +1,19 @@
-"""Numba kernels of the segmented marching cubes (the CUDA path in _gpu.py is the same
-algorithm, one GPU thread per segment).
+"""Numba kernels of the marching cubes (the CUDA path in _gpu.py is the same algorithm
+and numbering, a GPU warp per tile).
 
-The point box ``lo..hi`` (inclusive) is cut into segments: a run of at most `chunk`
-points along axis 0 at one (j, k). A segment owns the crossed edges starting at its
-points (one vertex each, numbered by point, then axis) and the cubes whose lower corner
-is one of its points. Pass 1 counts vertices and triangles per segment; an exclusive
-scan gives every segment its first vertex and face; pass 2 walks the segments again and
-writes, finding the vertex numbers of the edges a cube shares with its three
-neighbouring segments by counting along them in step.
+The point box ``lo..hi`` (inclusive) is cut into chunks of at most `chunk` planes along
+axis 0, and each row j of a chunk into tiles of TILE points along k (_tables.TILE). A
+point owns the crossed edges starting at it (one vertex each) and the cube whose lower
+corner it is. Pass 1 counts per tile its vertices, triangles and its lead column's
+vertices; an exclusive scan over the tiles gives each its first vertex and face; pass 2
+walks the planes again and writes, numbering as _tables.TILE says: from per-tile
+counters, in the order it meets the crossed edges and cubes.
 
-On the CPU a task takes the segments of one chunk and `_ROWS` rows j (a run of segment
-numbers). It compares the samples it reads with the level once, into a slab of inside
-bits (one byte a sample, rows along contiguous k), and walks it plane by plane: loops
-over whole planes of bytes that the compiler vectorises, and per-cube work only where
-a 64-bit word of edge bits or cases says something is crossed.
+On the CPU a task takes one chunk and `_ROWS` rows j. It compares the samples it reads
+with the level once, into a slab of inside bits (one byte a sample, rows along
+contiguous k), and walks it plane by plane: loops over whole planes of bytes that the
+compiler vectorises, and per-cube work only where a 64-bit word of edge bits or cases
+says something is crossed.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class ScratchPool:
 
     A fresh large ``np.empty`` is mapped anew by the allocator and its pages are
     faulted in (and zeroed by the kernel) at the first write: at 128^3 pass 1's
-    per-segment counts cost 256 page faults a call. Arrays of up to `max_bytes` in
+    per-segment counts cost 256 page faults a call (when it kept them). Arrays of up to `max_bytes` in
     all are kept; several threads may take and give concurrently.
     """
 

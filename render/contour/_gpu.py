@@ -1,4 +1,4 @@
-"""CUDA kernels of the segmented marching cubes: the algorithm and numbering of _cpu.py.
+"""CUDA kernels of the marching cubes: the algorithm and numbering of _cpu.py.
 
 A warp holds 32 consecutive points along k of a few rows j and walks one chunk of planes
 along axis 0; each sample is loaded once per warp (coalesced, issued planes ahead) and
@@ -6,22 +6,23 @@ turned into one bit of a ballot, so a point's neighbours are neighbouring bits a
 cube cases, crossed edges and their counts come from bit operations on the masks. A
 plane where no bit within reach differs is stepped over after its loads.
 
-Both passes work on units: a chunk of planes x 24 rows j x 30 points k. Only units where
-the level can be crossed are visited: mc_units tests each unit's samples against the
-volume's per-tile (min, max) (insitu.ranges), mc_list lists those units and the ones
-whose segments they number vertices from (one unit further along each axis), and the
+Both passes work on units: a chunk of planes x 24 rows j x 30 points k (24 tiles). Only
+units where the level can be crossed are visited: mc_units tests each unit's samples
+against the volume's per-tile (min, max) (insitu.ranges), mc_list lists those units and
+the ones whose tiles they number vertices from (one unit further along each axis), and the
 passes' blocks loop over that list (a grid sized to the GPU, not to the volume). So a
 surface touching a few percent of a large volume costs a few percent of its reads.
 
-Pass 1 (mc_count) counts vertices and triangles per segment, scans them within each
-warp's 30 segments (the first level of the scan; the caller scans the tile totals, zero
-where no unit was visited) and adds up the totals in 64 bits; pass 2 (mc_walk) writes
-faces and, per vertex, its packed edge, skipping warps whose segments have nothing and,
-in the others, the planes before the first and after the last where pass 1 saw samples
-on both sides (it keeps that span per warp); a flat kernel (mc_vertex) then computes the
+Pass 1 (mc_count) counts per tile (30 points of a row in a chunk, _tables.TILE) its
+vertices, triangles and lead column's vertices (the caller scans the tiles, zero where
+no unit was visited) and adds up the totals in 64 bits; pass 2 (mc_walk) writes faces
+and, per vertex, its packed edge, numbered plane by plane within each tile (a warp's
+lanes write neighbouring entries), skipping warps whose tiles have nothing and, in the
+others, the planes before the first and after the last where pass 1 saw samples on both
+sides (it keeps that span per warp); a flat kernel (mc_vertex) then computes the
 vertices one per thread (the gradients need registers that would starve the walk of
-occupancy). Vertex and face numbers are those of a pass over every segment (unvisited
-ones hold nothing).
+occupancy; in this numbering neighbouring threads gather neighbouring samples). Vertex
+and face numbers are the CPU's (unvisited tiles hold nothing).
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ __global__ void mc_units(const double* __restrict__ rng, const int si, const int
 }
 
 // The units both passes visit: the active ones and those one unit further along j, k and
-// the chunks (pass 2 numbers vertices from the segments there, so pass 1 must count
+// the chunks (pass 2 numbers vertices from the tiles there, so pass 1 must count
 // them). units[0]: their number, units[1], units[2]: the next unit pass 1, pass 2 takes
 // (blocks take units as they finish: units differ widely in work; the caller zeroes
 // units[2] before each walk), units[3 ..]: the list (in no particular order).
@@ -206,10 +207,9 @@ __device__ __forceinline__ int case_of(int q) {
     return c;
 }
 
-// A segment is a run of at most b.chunk points along axis 0 at one (j, k): segment
-// ((c * m1) + j - lo1) * m2 + k - lo2 for chunk c. Pass 1: a warp counts the vertices
-// (crossed edges starting at its points) and triangles of the segments of R rows
-// j0 .. j0 + R - 1 and the TILE points k0 .. k0 + TILE - 1 (lanes beyond lend samples),
+// Pass 1: a warp counts the vertices (crossed edges starting at its points) and
+// triangles (cubes whose lower corner they are) of the R tiles of rows j0 .. j0 + R - 1,
+// TILE points k0 .. k0 + TILE - 1 (lanes beyond lend samples), of one chunk of planes,
 // walking the chunk's planes; planes where the warp's samples all lie on one side cost
 // the loads and ballots only. Every sample of the box is also tested for NaN and inf.
 template <typename T, int R, int MINB, bool LIST>
