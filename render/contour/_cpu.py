@@ -99,9 +99,8 @@ class ScratchPool:
     """Host scratch arrays kept between calls, by shape and dtype.
 
     A fresh large ``np.empty`` is mapped anew by the allocator and its pages are
-    faulted in (and zeroed by the kernel) at the first write: at 128^3 pass 1's
-    per-segment counts cost 256 page faults a call (when it kept them). Arrays of up to `max_bytes` in
-    all are kept; several threads may take and give concurrently.
+    faulted in (and zeroed by the kernel) at the first write, every call. Arrays of up
+    to `max_bytes` in all are kept; several threads may take and give concurrently.
     """
 
     def __init__(self, max_bytes: int = 32 << 20):
@@ -174,7 +173,7 @@ def _plane_bits(vol, i, j0, k0, rows, n, level, out, width, check, owned_rows):
 def count(vol, level, lo, hi, chunk, ntri, vt, tt, lt):
     """Pass 1: returns the number of non-finite samples.
 
-    A task takes the segments of one chunk and `_ROWS` rows j: it finds the inside bits
+    A task takes one chunk and `_ROWS` rows j: it finds the inside bits
     of the samples they read once, then walks them plane by plane, all rows at once in
     loops over flat byte planes, looking up the triangles of cubes where a 64-bit word of
     cases says something is crossed. Per tile (see _tables.TILE) its vertices `vt`,
