@@ -35,7 +35,7 @@ import numpy as np
 from insitu import arrays
 from insitu.log import get_logger
 
-from ._tables import CORNERS, EDGE_AXIS, EDGE_BASE, TILE
+from ._tables import CORNERS, EDGE_AXIS, EDGE_BASE, TILE, tile_columns
 
 _log = get_logger(__name__)
 
@@ -745,7 +745,7 @@ assert 8 * int(_KERNELS["count"].split(",")[0]) == _UROWS
 def unit_grid(lo, hi, chunk) -> tuple[int, int, int]:
     """Units of the box along (chunks, rows j, points k): what both passes visit or skip."""
     m = [h - l + 1 for l, h in zip(lo, hi)]
-    return (m[0] - 1) // chunk + 1, -(-m[1] // _UROWS), -(-m[2] // TILE)
+    return (m[0] - 1) // chunk + 1, -(-m[1] // _UROWS), tile_columns(m[2])
 
 
 class Scratch:
