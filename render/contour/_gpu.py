@@ -17,12 +17,13 @@ Pass 1 (mc_count) counts per tile (30 points of a row in a chunk, _tables.TILE) 
 vertices, triangles and lead column's vertices (the caller scans the tiles, zero where
 no unit was visited) and adds up the totals in 64 bits; pass 2 (mc_walk) writes faces
 and, per vertex, its packed edge, numbered plane by plane within each tile (a warp's
-lanes write neighbouring entries), skipping warps whose tiles have nothing and, in the
-others, the planes before the first and after the last where pass 1 saw samples on both
-sides (it keeps that span per warp); a flat kernel (mc_vertex) then computes the
-vertices one per thread (the gradients need registers that would starve the walk of
-occupancy; in this numbering neighbouring threads gather neighbouring samples). Vertex
-and face numbers are the CPU's (unvisited tiles hold nothing).
+lanes write neighbouring entries; faces 32 cubes at a time from a queue), skipping
+warps whose tiles have nothing and, in the others, the planes before the first and
+after the last where pass 1 saw samples on both sides (it keeps that span per warp);
+a flat kernel (mc_vertex) then computes the vertices one per thread (the gradients
+need registers that would starve the walk of occupancy; in this numbering neighbouring
+threads gather neighbouring samples). Vertex and face numbers are the CPU's (unvisited
+tiles hold nothing).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ _SOURCE = r"""
 #define EDGE_A {%(ea)s}
 #define FULL 0xFFFFFFFFu
 #define TILE %(tile)s  // points along k per warp: a tile of the numbering (_tables.TILE)
+#define QCAP 64  // cubes a warp's queue holds (at most 31 waiting + 30 of a plane)
 #define UROWS 24  // rows j per unit (8 warps of 3 rows in pass 1, 3 x 8 warps of 1 row in pass 2)
 
 struct Vol { long long s0, s1, s2; int elo[3], ehi[3]; };  // strides; samples gradients use
@@ -360,8 +362,11 @@ __device__ __forceinline__ int edge_bits(const unsigned* X, int s) {
 // tile's) counted along it from the tile's first vertex, the others' from the first vertex
 // of the plane in their tile (the tile's, its lead column's count, the planes before) and
 // the warp's lanes before, all from the ballots of rows j .. j + 2. Warps of tiles with
-// nothing leave at once, planes with no crossed edge in reach are stepped over. Vertex
-// and face numbers fit int32 (checked by the caller).
+// nothing leave at once, planes with no crossed edge in reach are stepped over. A plane
+// has triangles in a few of the warp's cubes: each such cube's 12 vertex numbers and
+// first face wait in the warp's queue (shared memory) until 32 cubes wait, and the lanes
+// then write their faces a cube each (written as they come, most lanes would idle through
+// the writes). Vertex and face numbers fit int32 (checked by the caller).
 template <typename T, int MINB, bool LIST>
 __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, const Vol g, const Box b,
         const double level, const float levelf, const int* __restrict__ vtile, const int* __restrict__ ttile,
@@ -371,7 +376,11 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
         int* units, const unsigned* __restrict__ planes) {
     __shared__ unsigned char s_case[256], s_ntri[256];  // case by quad() bits; triangles by case
     __shared__ __align__(16) unsigned char s_tri[256 * 16];  // a case's 15 triangle edges in 16 bytes
-    __shared__ int s_vid[12 * 256];  // vertex number per cube edge, per thread
+    // Per warp a ring of QCAP cubes waiting for their faces: the vertex numbers of their 12
+    // edges and their first face (row 12), and their case (rows by slot: a warp's lanes
+    // touch 32 consecutive slots, no bank conflicts).
+    __shared__ int s_qv[8][13][QCAP];
+    __shared__ unsigned char s_qc[8][QCAP];
     __shared__ int s_next;
     const int tid = threadIdx.y * 32 + threadIdx.x;
     for (int q = tid; q < 256; q += 256) { s_case[q] = (unsigned char)case_of(q); s_ntri[q] = ntri[q]; }
@@ -447,6 +456,25 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     auto lo_bit = [](const unsigned* X) { return X[0] ^ X[1] ^ X[2]; };
     auto hi_bit = [](const unsigned* X) { return (X[0] & X[1]) | (X[0] & X[2]) | (X[1] & X[2]); };
     auto count2 = [](unsigned L, unsigned H, unsigned m) { return __popc(L & m) + 2 * __popc(H & m); };
+    // The warp's queue of cubes (see s_qv): the first waiting at head, qn waiting (at most 31
+    // between planes). flush(m) writes the faces of the first m, lane l the l-th cube's.
+    const int wq = threadIdx.y;
+    int head = 0, qn = 0;
+    auto flush = [&](int m) {
+        __syncwarp();
+        if (lane < m) {
+            const int s = (head + lane) & (QCAP - 1);
+            const int cs = s_qc[wq][s], nt = s_ntri[cs], t = s_qv[wq][12][s];
+            const uint4 row = *reinterpret_cast<const uint4*>(s_tri + 16 * cs);
+            const unsigned w[4] = {row.x, row.y, row.z, row.w};
+            int* f = faces + 3 * (long long)t;
+            const int ne = (unsigned)(t + nt) <= froom ? 3 * nt : 0;  // the room's end
+            #pragma unroll
+            for (int e = 0; e < 15; ++e)
+                if (e < ne) f[e] = s_qv[wq][(w[e >> 2] >> (8 * (e & 3))) & 0xFFu][s];
+        }
+        __syncwarp();
+    };
     const long long s0 = g.s0, s1 = g.s1;
     const T* p = v + ia * s0 + j * s1 + (long long)k * g.s2;
     const int eb0[12] = EDGE_I, eb1[12] = EDGE_J, eb2[12] = EDGE_K, ea[12] = EDGE_A;
@@ -492,6 +520,8 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
                 }
                 const unsigned n0 = __ballot_sync(FULL, nt & 1), n1 = __ballot_sync(FULL, nt & 2),
                                n2 = __ballot_sync(FULL, nt & 4);
+                const unsigned act = n0 | n1 | n2;
+                const int slot = (head + qn + __popc(act & ((1u << lane) - 1u))) & (QCAP - 1);
                 if (nt) {
                     // first vertex number at the four points (j + dj, k + dk), r = 2 dj + dk, in
                     // plane i (P) and i + 1 (Q); a point's next along k: its own vertices on
@@ -526,20 +556,20 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
                     #pragma unroll
                     for (int e = 0; e < 12; ++e) {
                         const int r = 2 * eb1[e] + eb2[e], below = (1 << ea[e]) - 1;
-                        s_vid[e * 256 + tid] = eb0[e] ? Q[r] + __popc(Bn[r] & below) : P[r] + __popc(B[r] & below);
+                        s_qv[wq][e][slot] = eb0[e] ? Q[r] + __popc(Bn[r] & below) : P[r] + __popc(B[r] & below);
                     }
-                    // faces plane by plane in the tile, by lane: neighbouring lanes write neighbouring faces
+                    // faces plane by plane in the tile, by lane: the cube's first face
                     const unsigned bl = (1u << lane) - 1u;
-                    const int t = f0 + trun + __popc(n0 & bl) + 2 * __popc(n1 & bl) + 4 * __popc(n2 & bl);
-                    const uint4 row = *reinterpret_cast<const uint4*>(s_tri + 16 * cs);
-                    const unsigned w[4] = {row.x, row.y, row.z, row.w};
-                    int* f = faces + 3 * (long long)t;
-                    const int ne = (unsigned)(t + nt) <= froom ? 3 * nt : 0;  // the room's end
-                    #pragma unroll
-                    for (int e = 0; e < 15; ++e)
-                        if (e < ne) f[e] = s_vid[((w[e >> 2] >> (8 * (e & 3))) & 0xFFu) * 256 + tid];
+                    s_qv[wq][12][slot] = f0 + trun + __popc(n0 & bl) + 2 * __popc(n1 & bl) + 4 * __popc(n2 & bl);
+                    s_qc[wq][slot] = (unsigned char)cs;
                 }
                 trun += __popc(n0) + 2 * __popc(n1) + 4 * __popc(n2);
+                qn += __popc(act);
+                if (qn >= 32) {
+                    flush(32);
+                    head = (head + 32) & (QCAP - 1);
+                    qn -= 32;
+                }
                 cnt[0] += __popc(l29 ? B[1] : B[0]);
                 cnt[1] += __popc(l29 ? B[3] : B[2]);
                 run[0] += count2(L0, H0, OTHERS);
@@ -563,6 +593,7 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
         }
     };
     if (nrow == 3 && k - lane + 31 <= b.hi2) run_planes(Bool<true>()); else run_planes(Bool<false>());
+    if (qn) flush(qn);
     }
     }
 }
