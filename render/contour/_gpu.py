@@ -350,9 +350,11 @@ __device__ __forceinline__ void crossings(const unsigned* P, const unsigned* Q, 
     }
 }
 
-// Bits (axis 0, 1, 2) of the edges starting at lane s's point of one row.
-__device__ __forceinline__ int edge_bits(const unsigned* X, int s) {
-    return ((X[0] >> s) & 1u) | (((X[1] >> s) & 1u) << 1) | (((X[2] >> s) & 1u) << 2);
+// Bits of the edges starting at lane s's point (dk = 0) and the next (dk = 1) of one row:
+// bit 2 a + dk for axis a (pick a point's with PT << dk).
+#define PT 0x15u
+__device__ __forceinline__ unsigned pair_bits(const unsigned* X, int s) {
+    return ((X[0] >> s) & 3u) | (((X[1] >> s) & 3u) << 2) | (((X[2] >> s) & 3u) << 4);
 }
 
 // Pass 2: faces, and the edge of each vertex (positions come in mc_vertex, one thread per
@@ -500,15 +502,13 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
             const unsigned any = XP[0][0] | XP[0][1] | XP[0][2] | XP[1][0] | XP[1][1] | XP[1][2] | XN[0][1]
                                | XN[0][2] | XN[1][1] | XN[1][2];
             if (any & 0x7FFFFFFFu) {
-                int B[4];
-                #pragma unroll
-                for (int r = 0; r < 4; ++r) B[r] = edge_bits(XP[r >> 1], (lane + (r & 1)) & 31);
+                const unsigned E[2] = {pair_bits(XP[0], lane), pair_bits(XP[1], lane)};
                 const unsigned L0 = lo_bit(XP[0]), H0 = hi_bit(XP[0]), L1 = lo_bit(XP[1]), H1 = hi_bit(XP[1]);
-                if (own && B[0]) {
+                if (own && (E[0] & PT)) {
                     int n = l0 ? cnt[0] : run[0] + count2(L0, H0, mine);
                     #pragma unroll
                     for (int a = 0; a < 3; ++a)
-                        if ((B[0] >> a) & 1) {
+                        if ((E[0] >> 2 * a) & 1) {
                             if ((unsigned)n < vroom) vedge[n] = pack(i, j, k, a);
                             ++n;
                         }
@@ -525,17 +525,16 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
                 if (nt) {
                     // first vertex number at the four points (j + dj, k + dk), r = 2 dj + dk, in
                     // plane i (P) and i + 1 (Q); a point's next along k: its own vertices on
-                    int Bn[4], P[4], Q[4], lead[4], nb[2];
-                    #pragma unroll
-                    for (int r = 0; r < 4; ++r) Bn[r] = edge_bits(XN[r >> 1], (lane + (r & 1)) & 31);
+                    int P[4], Q[4], lead[4], nb[2];
+                    const unsigned En[2] = {pair_bits(XN[0], lane), pair_bits(XN[1], lane)};
                     const int p0 = run[0] + count2(L0, H0, mine), p2 = run[1] + count2(L1, H1, mine);
                     P[0] = l0 ? cnt[0] : p0;
-                    P[1] = l29 ? cnt[0] : p0 + (l0 ? 0 : __popc(B[0]));
+                    P[1] = l29 ? cnt[0] : p0 + (l0 ? 0 : __popc(E[0] & PT));
                     P[2] = l0 ? cnt[1] : p2;
-                    P[3] = l29 ? cnt[1] : p2 + (l0 ? 0 : __popc(B[2]));
+                    P[3] = l29 ? cnt[1] : p2 + (l0 ? 0 : __popc(E[1] & PT));
                     if (i < i1) {
                         #pragma unroll
-                        for (int r = 0; r < 4; ++r) lead[r] = cnt[r >> 1] + __popc(B[r]);
+                        for (int r = 0; r < 4; ++r) lead[r] = cnt[r >> 1] + __popc(E[r >> 1] & (PT << (r & 1)));
                         nb[0] = run[0] + count2(L0, H0, OTHERS);
                         nb[1] = run[1] + count2(L1, H1, OTHERS);
                     } else {  // plane i + 1 is the next chunk's first: its tiles
@@ -550,13 +549,16 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
                     const int q0 = nb[0] + count2(lo_bit(XN[0]), hi_bit(XN[0]), mine);
                     const int q2 = nb[1] + count2(lo_bit(XN[1]), hi_bit(XN[1]), mine);
                     Q[0] = l0 ? lead[0] : q0;
-                    Q[1] = l29 ? lead[1] : q0 + (l0 ? 0 : __popc(Bn[0]));
+                    Q[1] = l29 ? lead[1] : q0 + (l0 ? 0 : __popc(En[0] & PT));
                     Q[2] = l0 ? lead[2] : q2;
-                    Q[3] = l29 ? lead[3] : q2 + (l0 ? 0 : __popc(Bn[2]));
+                    Q[3] = l29 ? lead[3] : q2 + (l0 ? 0 : __popc(En[1] & PT));
                     #pragma unroll
                     for (int e = 0; e < 12; ++e) {
-                        const int r = 2 * eb1[e] + eb2[e], below = (1 << ea[e]) - 1;
-                        s_qv[wq][e][slot] = eb0[e] ? Q[r] + __popc(Bn[r] & below) : P[r] + __popc(B[r] & below);
+                        // the point's vertices on the axes before ea[e]
+                        const int r = 2 * eb1[e] + eb2[e];
+                        const unsigned below = (PT & ((1u << 2 * ea[e]) - 1u)) << eb2[e];
+                        s_qv[wq][e][slot] = eb0[e] ? Q[r] + __popc(En[eb1[e]] & below)
+                                                   : P[r] + __popc(E[eb1[e]] & below);
                     }
                     // faces plane by plane in the tile, by lane: the cube's first face
                     const unsigned bl = (1u << lane) - 1u;
@@ -570,8 +572,8 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
                     head = (head + 32) & (QCAP - 1);
                     qn -= 32;
                 }
-                cnt[0] += __popc(l29 ? B[1] : B[0]);
-                cnt[1] += __popc(l29 ? B[3] : B[2]);
+                cnt[0] += __popc(E[0] & (l29 ? PT << 1 : PT));
+                cnt[1] += __popc(E[1] & (l29 ? PT << 1 : PT));
                 run[0] += count2(L0, H0, OTHERS);
                 run[1] += count2(L1, H1, OTHERS);
             }
