@@ -15,7 +15,6 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -173,8 +172,10 @@ def driver(args) -> None:
         r["label"] = label
         rows.append(r)
         print(label, r, flush=True)
-    commit = os.environ.get("INSITU_COMMIT") or (subprocess.run(  # the device's git metadata may be stale
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip() or "unknown")
+    sys.path.insert(0, HERE)
+    from benchutil import commit as measured
+
+    commit = measured()
     dev = rows[0]["device"] if rows else "?"
     out = [
         f"### Halo exchange, {args.n}^3 float32 in {np.prod(args.blocks)} blocks "
