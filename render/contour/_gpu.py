@@ -454,10 +454,14 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     // (three edges a point: count = L + 2 H); vertices of points 1 .. 29 or of those before
     // a lane's, by two popcounts.
     constexpr unsigned OTHERS = 0x3FFFFFFEu;  // lanes 1 .. 29: the points numbered plane by plane
-    const unsigned mine = ((1u << lane) - 1u) & OTHERS;
+    const unsigned bl = (1u << lane) - 1u, mine = bl & OTHERS;  // the lanes before, of them the numbered
     auto lo_bit = [](const unsigned* X) { return X[0] ^ X[1] ^ X[2]; };
     auto hi_bit = [](const unsigned* X) { return (X[0] & X[1]) | (X[0] & X[2]) | (X[1] & X[2]); };
     auto count2 = [](unsigned L, unsigned H, unsigned m) { return __popc(L & m) + 2 * __popc(H & m); };
+    // triangles of the lanes in m, from the ballots of their counts' bits
+    auto count3 = [](unsigned n0, unsigned n1, unsigned n2, unsigned m) {
+        return __popc(n0 & m) + 2 * __popc(n1 & m) + 4 * __popc(n2 & m);
+    };
     // The warp's queue of cubes (see s_qv): the first waiting at head, qn waiting (at most 31
     // between planes). flush(m) writes the faces of the first m, lane l the l-th cube's.
     const int wq = threadIdx.y;
@@ -521,7 +525,7 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
                 const unsigned n0 = __ballot_sync(FULL, nt & 1), n1 = __ballot_sync(FULL, nt & 2),
                                n2 = __ballot_sync(FULL, nt & 4);
                 const unsigned act = n0 | n1 | n2;
-                const int slot = (head + qn + __popc(act & ((1u << lane) - 1u))) & (QCAP - 1);
+                const int slot = (head + qn + __popc(act & bl)) & (QCAP - 1);
                 if (nt) {
                     // first vertex number at the four points (j + dj, k + dk), r = 2 dj + dk, in
                     // plane i (P) and i + 1 (Q); a point's next along k: its own vertices on
@@ -561,11 +565,10 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
                                                    : P[r] + __popc(E[eb1[e]] & below);
                     }
                     // faces plane by plane in the tile, by lane: the cube's first face
-                    const unsigned bl = (1u << lane) - 1u;
-                    s_qv[wq][12][slot] = f0 + trun + __popc(n0 & bl) + 2 * __popc(n1 & bl) + 4 * __popc(n2 & bl);
+                    s_qv[wq][12][slot] = f0 + trun + count3(n0, n1, n2, bl);
                     s_qc[wq][slot] = (unsigned char)cs;
                 }
-                trun += __popc(n0) + 2 * __popc(n1) + 4 * __popc(n2);
+                trun += count3(n0, n1, n2, FULL);
                 qn += __popc(act);
                 if (qn >= 32) {
                     flush(32);
