@@ -602,17 +602,6 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     }
     }
 }
-
-// np.gradient (unit spacing) along one axis at sample c (index x of the samples lo .. hi
-// gradients use; stride s): central inside, one-sided at the ends.
-template <typename T>
-__device__ __forceinline__ double grad1(const T* c, long long s, int x, int lo, int hi) {
-    return lo == hi ? 0.0
-         : x == lo ? (double)c[s] - (double)c[0]
-         : x == hi ? (double)c[0] - (double)c[-s]
-         : ((double)c[s] - (double)c[-s]) / 2.0;
-}
-
 struct Out {
     double sp[3], isp[3], org[3];  // isp = 1 / sp
     long long off[3], dims[3], keybase;
@@ -645,16 +634,34 @@ __global__ void __launch_bounds__(256, MINB) mc_vertex(const T* __restrict__ v, 
         const long long st[3] = {g.s0, g.s1, g.s2};
         const long long sa = a == 0 ? g.s0 : a == 1 ? g.s1 : g.s2;
         const T* pc = v + i * g.s0 + j * g.s1 + k * g.s2;  // the edge runs from pc to pc + sa
-        const double va = (double)pc[0], vb = (double)pc[sa];
-        const double t = (level - va) / (vb - va);
         const int p[3] = {i, j, k};
+        // Every sample first, so their loads are in flight together (one after another
+        // they made the kernel wait on memory): the edge's ends and, per axis, the two
+        // samples each end's gradient takes as np.gradient does (central, one-sided at the
+        // faces of the gradient box, none where it is one sample thick).
+        const T ca = pc[0], cb = pc[sa];
+        T lo[3][2], hi[3][2];
+        double w[3][2];
+        #pragma unroll
+        for (int d = 0; d < 3; ++d)
+            #pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int x = p[d] + (e && d == a);
+                const int xl = max(x - 1, g.elo[d]), xh = min(x + 1, g.ehi[d]);
+                const T* c = e ? pc + sa : pc;
+                lo[d][e] = c[(xl - x) * st[d]];
+                hi[d][e] = c[(xh - x) * st[d]];
+                w[d][e] = xh - xl == 2 ? 0.5 : xh - xl == 1 ? 1.0 : 0.0;
+            }
+        const double va = (double)ca, vb = (double)cb;
+        const double t = (level - va) / (vb - va);
         double ga[3], nn = 0.0;
         #pragma unroll
         for (int d = 0; d < 3; ++d) {
             const double x = (double)(p[d] + o.off[d]) + (d == a ? t : 0.0);
             o.verts[3 * n + d] = (float)(x * o.sp[d] + o.org[d]);
-            const double g0 = grad1(pc, st[d], p[d], g.elo[d], g.ehi[d]);
-            const double g1 = grad1(pc + sa, st[d], p[d] + (d == a), g.elo[d], g.ehi[d]);
+            const double g0 = ((double)hi[d][0] - (double)lo[d][0]) * w[d][0];
+            const double g1 = ((double)hi[d][1] - (double)lo[d][1]) * w[d][1];
             ga[d] = (g0 + (g1 - g0) * t) * o.isp[d];
             nn += ga[d] * ga[d];
         }
@@ -679,10 +686,10 @@ def supported(dtype) -> bool:
     return np.dtype(dtype) in _TYPES
 
 
-# Template arguments, measured on an H200 at 1024^3 (docs/BENCHMARKS.md): rows per warp
-# and blocks per SM in pass 1 (more blocks beat the few registers they spill), blocks
-# per SM in the walk and the vertex kernel.
-_KERNELS = {"count": "3, 5", "walk": "3", "vertex": "4"}
+# Template arguments, measured at 1024^3 (docs/BENCHMARKS.md; H200, the vertex kernel's on
+# an H100): rows per warp and blocks per SM in pass 1 (more blocks beat the few registers
+# they spill), blocks per SM in the walk and the vertex kernel.
+_KERNELS = {"count": "3, 5", "walk": "3", "vertex": "3"}
 
 
 _OPTIONS = ("-std=c++14", "-default-device")
