@@ -16,6 +16,7 @@ into device arrays, a renderer's mapped buffers included, and nothing but a few 
 from __future__ import annotations
 
 import functools
+import math
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -93,16 +94,17 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     tables = _device_tables(arrays.device_id(vol) if gpu else None)
     m = [h - l + 1 for l, h in zip(lo, hi)]
     chunk = chunk_planes(m[0])
-    lo_a, hi_a = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
     if gpu and vals is not None and vals.dtype not in (xp.float32, xp.float64):
         vals = vals.astype(xp.float64)  # the CUDA kernel samples float32 and float64 as they are
-    ext = np.asarray(ext if ext is not None else (0, 0, 0, *(n - 1 for n in vol.shape)), np.int64)
+    ext = tuple(ext) if ext is not None else (0, 0, 0, *(n - 1 for n in vol.shape))
     ntiles = tile_count(lo, hi, chunk)
     if gpu:  # per tile its vertices, triangles and lead column's vertices (see _gpu.count)
-        sc = _gpu.Scratch.get(len(levels), ntiles, int(np.prod(_gpu.unit_grid(lo, hi, chunk))),
+        sc = _gpu.Scratch.get(len(levels), ntiles, math.prod(_gpu.unit_grid(lo, hi, chunk)),
                               _gpu.span_count(lo, hi, chunk), ranges is not None)
         counts, units, active, bad = sc.tiles, sc.units, sc.active, sc.bad
     else:  # the same, see _cpu.count
+        lo_a, hi_a = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+        ext = np.asarray(ext, np.int64)
         counts = _cpu.scratch.take((3, len(levels), ntiles), np.int32)  # kept scratch, see _cpu.ScratchPool
         bad = 0
     for n, lev in enumerate(levels):
@@ -115,7 +117,7 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
             bad += _cpu.count(vol, lev, lo_a, hi_a, chunk, tables[0], counts[0, n], counts[1, n], counts[2, n])
     geo = np.array([*spacing, *origin], np.float64)
     kdims = np.asarray(dims if dims is not None else (1, 1, 1), np.int64)
-    per_level = 3 * int(np.prod(kdims))
+    per_level = 3 * math.prod(int(d) for d in kdims)
 
     def alloc(nv: int, nf: int) -> list:
         """The mesh arrays (verts, faces, normals, vals or None, keys or None) for nv, nf."""
@@ -134,7 +136,8 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
         # levels in one numbering. The flag, the totals and the levels' ends in one read:
         # each read waits for the device.
         vti, tti = (xp.cumsum(t, dtype=xp.int32) for t in counts[:2].reshape(2, -1))
-        totals = xp.concatenate([bad.astype(xp.int64), vti[ntiles - 1:-1:ntiles].astype(xp.int64)])
+        totals = bad if len(levels) == 1 else xp.concatenate([bad.astype(xp.int64),
+                                                              vti[ntiles - 1:-1:ntiles].astype(xp.int64)])
 
         def generate(mesh, room, vend=None):
             vedge = sc.edges(room[0])
@@ -232,8 +235,8 @@ def _levels(level, vol, name: str = "volume") -> list[float]:
         if not (np.isfinite(lo) and np.isfinite(hi)):
             raise ValueError(f"{name}: contains NaN or inf")
         return [(lo + hi) / 2]
-    levels = [float(v) for v in np.atleast_1d(level)]
-    if not all(np.isfinite(levels)):
+    levels = [float(level)] if isinstance(level, (int, float)) else [float(v) for v in np.atleast_1d(level)]
+    if not all(math.isfinite(v) for v in levels):
         raise ValueError(f"level: must be finite, got {level}")
     return levels
 

@@ -29,6 +29,7 @@ tiles hold nothing).
 from __future__ import annotations
 
 import functools
+import math
 import threading
 
 import numpy as np
@@ -850,7 +851,7 @@ def mesh_arrays(specs) -> list:
     """New device arrays of (dtype, shape) `specs`, views of one allocation."""
     import cupy
 
-    sizes = [int(np.prod(shape)) * np.dtype(dt).itemsize for dt, shape in specs]
+    sizes = [math.prod(shape) * np.dtype(dt).itemsize for dt, shape in specs]
     starts = np.cumsum([0] + [-(-n // 256) * 256 for n in sizes])
     block = cupy.empty(int(starts[-1]), cupy.uint8)
     return [block[a:a + n].view(dt).reshape(shape) for (dt, shape), a, n in zip(specs, starts, sizes)]
@@ -860,7 +861,7 @@ def select(ranges, level, lo, hi, chunk, active, units) -> None:
     """The units the passes visit at `level`, from the volume's TileRanges: `active` (uint8,
     one per unit) scratch, `units` (int32, 3 + units, zeroed) gets their number, the
     passes' counters and the list (see mc_list)."""
-    n = int(np.prod(unit_grid(lo, hi, chunk)))
+    n = math.prod(unit_grid(lo, hi, chunk))
     box = _box(tuple(lo), tuple(hi), chunk)
     rng = ranges.values
     blocks = (-(-n // 256),)
@@ -878,7 +879,7 @@ def span_count(lo, hi, chunk) -> int:
 def _launch(kind: str, vol, lo, hi, chunk, listed: bool) -> tuple:
     """Grid and block of a pass: a block per piece of work over every unit, or (`listed`)
     blocks that take the listed units until none is left."""
-    n = int(np.prod(unit_grid(lo, hi, chunk))) * (3 if kind == "walk" else 1)
+    n = math.prod(unit_grid(lo, hi, chunk)) * (3 if kind == "walk" else 1)
     return (min(n, _blocks_per_launch(kind, vol.device.id)) if listed else n,), (32, 8)
 
 
