@@ -132,18 +132,19 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
         return arrs[:len(want)] + [None] * (4 - len(want)) + [arrs[-1] if dims is not None else None]
 
     if gpu:
-        # Second level of the scan: the tiles, in int32 (the exact totals guard it), all
-        # levels in one numbering. The flag, the totals and the levels' ends in one read:
+        # Second level of the scan: the tiles, all levels in one numbering (_gpu.scan; the
+        # exact totals guard it). The flag, the totals and the levels' ends in one read:
         # each read waits for the device.
-        vti, tti = (xp.cumsum(t, dtype=xp.int32) for t in counts[:2].reshape(2, -1))
+        scan = _gpu.scan(counts)
         totals = bad if len(levels) == 1 else xp.concatenate([bad.astype(xp.int64),
-                                                              vti[ntiles - 1:-1:ntiles].astype(xp.int64)])
+                                                              scan[ntiles - 1:len(levels) * ntiles - 1:ntiles]
+                                                              .astype(xp.int64)])
 
         def generate(mesh, room, vend=None):
             vedge = sc.edges(room[0])
             for n, lev in enumerate(levels):
                 known = None if vend is None else vend[n] - (vend[n - 1] if n else 0)
-                _gpu.generate(vol, ext, lev, lo, hi, chunk, counts[:, n], vti, tti, n, ntiles, room, known, tables,
+                _gpu.generate(vol, ext, lev, lo, hi, chunk, counts[:, n], scan, n, ntiles, room, known, tables,
                               geo, offset, vals, mesh[4], kdims, n * per_level, *mesh[:4], vedge, units[n],
                               sc.planes[n], ranges is not None)
 

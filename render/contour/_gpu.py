@@ -373,7 +373,8 @@ __device__ __forceinline__ unsigned pair_bits(const unsigned* X, int s) {
 template <typename T, int MINB, bool LIST>
 __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, const Vol g, const Box b,
         const double level, const float levelf, const int* __restrict__ vtile, const int* __restrict__ ttile,
-        const int* __restrict__ ltile, const int* __restrict__ vti, const int* __restrict__ tti, const int ntk,
+        const int* __restrict__ ltile, const int* __restrict__ vti, const int* __restrict__ tti,
+        const int* __restrict__ t0, const int ntk,
         const signed char* __restrict__ ntri, const signed char* __restrict__ tri,
         int* __restrict__ faces, long long* __restrict__ vedge, const unsigned vroom, const unsigned froom,
         int* units, const unsigned* __restrict__ planes) {
@@ -449,7 +450,9 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     // run[dj]: the first vertex of the plane's other points in row j + dj's tile (its first
     // vertex, its lead column's count and the other points' vertices of the planes before)
     int run[2] = {base[0] + lead_n[0], base[1] + lead_n[1]};
-    const int f0 = tti[tile] - ttile[tile];  // the tile's first face
+    // the tile's first face: tti runs on from *t0 (one scan over the vertex counts, then the
+    // triangle counts), modulo 2^32 (unsigned: its sum may pass int32, each part does not)
+    const int f0 = (int)((unsigned)tti[tile] - (unsigned)*t0 - (unsigned)ttile[tile]);
     int trun = 0;
     // A plane's crossed edges per lane as two masks: L the count's low bit, H its high bit
     // (three edges a point: count = L + 2 H); vertices of points 1 .. 29 or of those before
@@ -876,6 +879,15 @@ def span_count(lo, hi, chunk) -> int:
     return ((m[0] - 1) // chunk + 1) * -(-m[1] // (_UROWS // 8)) * unit_grid(lo, hi, chunk)[2]
 
 
+def scan(tiles):
+    """The inclusive scan of count()'s vtile of every level, then on of their ttile, in
+    one pass (launching a scan costs the host more than running it costs the GPU), modulo
+    2^32 as int32: each part fits int32 when the exact totals do (the caller checks)."""
+    import cupy
+
+    return cupy.cumsum(tiles[:2].reshape(-1), dtype=cupy.uint32).view(cupy.int32)
+
+
 def _launch(kind: str, vol, lo, hi, chunk, listed: bool) -> tuple:
     """Grid and block of a pass: a block per piece of work over every unit, or (`listed`)
     blocks that take the listed units until none is left."""
@@ -899,17 +911,17 @@ def count(vol, ext, level, lo, hi, chunk, tables, vtile, ttile, ltile, stats, un
                                                       tables[0], vtile, ttile, ltile, stats, units, planes))
 
 
-def generate(vol, ext, level, lo, hi, chunk, tiles, vti, tti, n, ntiles, room, known, tables, geo,
+def generate(vol, ext, level, lo, hi, chunk, tiles, scan, n, ntiles, room, known, tables, geo,
              offset, vals, keys, dims, keybase, verts, faces, normals, vout, vedge, units, planes,
              listed: bool) -> None:
     """Pass 2 (see _cpu.generate) for level `n`: faces and vertex edges per tile, then
     its vertices one per thread. `tiles`: count()'s vtile, ttile, ltile of the level;
-    `vti`, `tti`: the inclusive int32 scans of every level's vtile and ttile (`ntiles` a
-    level: the global numbering), where the vertex kernel also finds the level's first and
-    last vertex; `room`: (vertices, faces) the mesh arrays hold, nothing is written beyond
-    (the counts may not be known yet); `known`: the level's vertex count when it is;
-    `vals`, `keys`, `vout` may be None; `vedge`: int64 scratch, room[0]; `planes`:
-    count()'s plane spans of the level."""
+    `scan`: the inclusive scan, modulo 2^32 (int32), of every level's vtile then every
+    level's ttile (`ntiles` a level: the global numbering; see scan()), where the vertex
+    kernel also finds the level's first and last vertex; `room`: (vertices, faces) the
+    mesh arrays hold, nothing is written beyond (the counts may not be known yet);
+    `known`: the level's vertex count when it is; `vals`, `keys`, `vout` may be None;
+    `vedge`: int64 scratch, room[0]; `planes`: count()'s plane spans of the level."""
     if max(h - l for l, h in zip(lo, hi)) >= 2**20:
         raise ValueError(f"marching_cubes: box {lo}..{hi} is too long for the GPU path (2^20 samples per axis)")
     if known == 0:  # nothing crossed at this level: no faces either
@@ -923,11 +935,13 @@ def generate(vol, ext, level, lo, hi, chunk, tiles, vti, tti, n, ntiles, room, k
         cupy.cuda.runtime.memsetAsync(units.data.ptr + 2 * units.itemsize, 0, units.itemsize,
                                       cupy.cuda.get_current_stream().ptr)
     ntk = unit_grid(lo, hi, chunk)[2]
+    nall = len(scan) // 2
+    vti, tti = scan[:nall], scan[nall:]
     level_tiles = slice(n * ntiles, (n + 1) * ntiles)
     _kernel("walk", vol.dtype, listed)(grid, block, (vol, g, box, np.float64(level), _levelf(level), *tiles,
-                                                     vti[level_tiles], tti[level_tiles], np.int32(ntk), tables[0],
-                                                     tables[1], faces, vedge, np.uint32(room[0]),
-                                                     np.uint32(room[1]), units, planes))
+                                                     vti[level_tiles], tti[level_tiles], vti[nall - 1:],
+                                                     np.int32(ntk), tables[0], tables[1], faces, vedge,
+                                                     np.uint32(room[0]), np.uint32(room[1]), units, planes))
     ptr = lambda a: 0 if a is None else a.data.ptr  # noqa: E731
     vg = _vol(vals, ext) if vals is not None else np.zeros((), _record(tuple(_VOL)))
     o = _struct(_OUT, [geo[:3], 1.0 / geo[:3], geo[3:], offset, dims, keybase, ptr(verts), ptr(faces),
