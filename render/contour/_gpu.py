@@ -606,6 +606,7 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     }
     }
 }
+
 struct Out {
     double sp[3], isp[3], org[3];  // isp = 1 / sp
     long long off[3], dims[3], keybase;
@@ -639,10 +640,10 @@ __global__ void __launch_bounds__(256, MINB) mc_vertex(const T* __restrict__ v, 
         const long long sa = a == 0 ? g.s0 : a == 1 ? g.s1 : g.s2;
         const T* pc = v + i * g.s0 + j * g.s1 + k * g.s2;  // the edge runs from pc to pc + sa
         const int p[3] = {i, j, k};
-        // Every sample first, so their loads are in flight together (one after another
-        // they made the kernel wait on memory): the edge's ends and, per axis, the two
-        // samples each end's gradient takes as np.gradient does (central, one-sided at the
-        // faces of the gradient box, none where it is one sample thick).
+        // Every sample first, so their loads are in flight together (the kernel is bound
+        // by their latency): the edge's ends and, per axis, the two samples each end's
+        // gradient takes as np.gradient does (central, one-sided at the faces of the
+        // gradient box, none where it is one sample thick).
         const T ca = pc[0], cb = pc[sa];
         T lo[3][2], hi[3][2];
         double w[3][2];
@@ -880,9 +881,9 @@ def span_count(lo, hi, chunk) -> int:
 
 
 def scan(tiles):
-    """The inclusive scan of count()'s vtile of every level, then on of their ttile, in
-    one pass (launching a scan costs the host more than running it costs the GPU), modulo
-    2^32 as int32: each part fits int32 when the exact totals do (the caller checks)."""
+    """The inclusive scan of count()'s vtile of every level, continued over their ttile,
+    in one launch (a launch costs the host more than the scan costs the GPU), modulo 2^32,
+    as int32: each part fits int32 when the exact totals do (the caller checks)."""
     import cupy
 
     return cupy.cumsum(tiles[:2].reshape(-1), dtype=cupy.uint32).view(cupy.int32)
