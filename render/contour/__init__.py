@@ -117,7 +117,7 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
             bad += _cpu.count(vol, lev, lo_a, hi_a, chunk, tables[0], counts[0, n], counts[1, n], counts[2, n])
     geo = np.array([*spacing, *origin], np.float64)
     kdims = np.asarray(dims if dims is not None else (1, 1, 1), np.int64)
-    per_level = 3 * math.prod(int(d) for d in kdims)
+    per_level = 3 * int(kdims.prod())
 
     def alloc(nv: int, nf: int) -> list:
         """The mesh arrays (verts, faces, normals, vals or None, keys or None) for nv, nf."""
@@ -236,7 +236,7 @@ def _levels(level, vol, name: str = "volume") -> list[float]:
         if not (np.isfinite(lo) and np.isfinite(hi)):
             raise ValueError(f"{name}: contains NaN or inf")
         return [(lo + hi) / 2]
-    levels = [float(level)] if isinstance(level, (int, float)) else [float(v) for v in np.atleast_1d(level)]
+    levels = [float(v) for v in np.atleast_1d(level)]
     if not all(math.isfinite(v) for v in levels):
         raise ValueError(f"level: must be finite, got {level}")
     return levels
