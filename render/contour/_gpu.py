@@ -9,9 +9,10 @@ plane where no bit within reach differs is stepped over after its loads.
 Both passes work on units: a chunk of planes x 24 rows j x 30 points k (24 tiles). Only
 units where the level can be crossed are visited: mc_units tests each unit's samples
 against the volume's per-tile (min, max) (insitu.ranges), mc_list lists those units and
-the ones whose tiles they number vertices from (one unit further along each axis), and the
-passes' blocks loop over that list (a grid sized to the GPU, not to the volume). So a
-surface touching a few percent of a large volume costs a few percent of its reads.
+the ones whose tiles they number vertices from (one unit further along each axis); pass 1
+runs a block per listed unit (the others' blocks leave at once) and the walk's blocks loop
+over the list (a grid sized to the GPU, not to the volume). So a surface touching a few
+percent of a large volume costs a few percent of its reads.
 
 Pass 1 (mc_count) counts per tile (30 points of a row in a chunk, _tables.TILE) its
 vertices, triangles and lead column's vertices (the caller scans the tiles, zero where
@@ -99,8 +100,8 @@ __global__ void mc_units(const double* __restrict__ rng, const int si, const int
 
 // The units both passes visit: the active ones and those one unit further along j, k and
 // the chunks (pass 2 numbers vertices from the tiles there, so pass 1 must count
-// them). units[0]: their number, units[1], units[2]: the next unit pass 1, pass 2 takes
-// (blocks take units as they finish: units differ widely in work; the caller zeroes
+// them). units[0]: their number, units[1]: unused, units[2]: the next unit the walk takes
+// (its blocks take units as they finish: units differ widely in its work; the caller zeroes
 // units[2] before each walk), units[3 ..]: the list (in no particular order).
 __global__ void mc_list(const unsigned char* __restrict__ active, const Box b, const int n, int* __restrict__ units) {
     const int u = blockIdx.x * blockDim.x + threadIdx.x;
@@ -122,7 +123,7 @@ __global__ void mc_list(const unsigned char* __restrict__ active, const Box b, c
     if (take) units[3 + base + __popc(m & ((1u << lane) - 1u))] = u;
 }
 
-// The next piece of work for a block of a pass (`counter`: 1 or 2, see mc_list): unit
+// The next piece of work for a block of the walk (`counter`: 2, see mc_list): unit
 // units[3 + n / parts], part n %% parts; -1 when none is left. LIST false: every unit is
 // visited (the list is 0, 1, ...), one piece per block, n = blockIdx.x.
 template <bool LIST>
@@ -220,21 +221,22 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
         const double level, const float levelf, const signed char* __restrict__ ntri, int* __restrict__ vtile,
         int* __restrict__ ttile, int* __restrict__ ltile, unsigned long long* stats, int* units,
         unsigned* __restrict__ planes) {
+    // A block a unit: units cost about the same here (every plane is loaded), and blocks
+    // looping over the list spilled registers in the loop (1.6x the time). The grid covers
+    // every unit; blocks beyond the list leave at once.
+    if ((int)blockIdx.x >= units[0]) return;
+    const int u = LIST ? units[3 + blockIdx.x] : (int)blockIdx.x;
     __shared__ unsigned char s_ntri[256];  // by quad() bits
-    __shared__ int s_next;
     const int tid = threadIdx.y * 32 + threadIdx.x;
     for (int q = tid; q < 256; q += blockDim.x * blockDim.y) s_ntri[q] = ntri[case_of(q)];
     __syncthreads();
     const int lane = threadIdx.x;
-    int part, calls = 0;
-    for (int u = next_work<LIST>(units, 1, 1, &s_next, part, calls); u >= 0;
-         u = next_work<LIST>(units, 1, 1, &s_next, part, calls)) {
     int bx, by, c;
     unit_of(u, b, bx, by, c);
     // The 8 warps of a block take consecutive row groups (they share the rows between).
     const int j0 = b.lo1 + UROWS * bx + R * threadIdx.y;
     const int k = b.lo2 + TILE * by + lane;
-    if (j0 > b.hi1 || k - lane > b.hi2) continue;
+    if (j0 > b.hi1 || k - lane > b.hi2) return;
     const int m1 = b.hi1 - b.lo1 + 1, m2 = b.hi2 - b.lo2 + 1;
     const bool kin = k <= b.hi2, own = kin && lane < TILE;
     const int nrow = min(R + 1, b.hi1 - j0 + 1);  // rows j0 + r that exist
@@ -329,7 +331,6 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
         if (nan) atomicAdd(stats, 1ull);
         if (sv) atomicAdd(stats + 1, (unsigned long long)sv);
         if (st) atomicAdd(stats + 2, (unsigned long long)st);
-    }
     }
 }
 
@@ -890,10 +891,11 @@ def scan(tiles):
 
 
 def _launch(kind: str, vol, lo, hi, chunk, listed: bool) -> tuple:
-    """Grid and block of a pass: a block per piece of work over every unit, or (`listed`)
-    blocks that take the listed units until none is left."""
+    """Grid and block of a pass: a block per piece of work over every unit (pass 1's
+    blocks beyond the list leave at once), or (`listed` walk) blocks that take the listed
+    units until none is left."""
     n = math.prod(unit_grid(lo, hi, chunk)) * (3 if kind == "walk" else 1)
-    return (min(n, _blocks_per_launch(kind, vol.device.id)) if listed else n,), (32, 8)
+    return (min(n, _blocks_per_launch(kind, vol.device.id)) if listed and kind == "walk" else n,), (32, 8)
 
 
 def count(vol, ext, level, lo, hi, chunk, tables, vtile, ttile, ltile, stats, units, planes,
