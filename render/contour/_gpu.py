@@ -9,10 +9,10 @@ plane where no bit within reach differs is stepped over after its loads.
 Both passes work on units: a chunk of planes x 24 rows j x 30 points k (24 tiles). Only
 units where the level can be crossed are visited: mc_units tests each unit's samples
 against the volume's per-tile (min, max) (insitu.ranges), mc_list lists those units and
-the ones whose tiles they number vertices from (one unit further along each axis); pass 1
-runs a block per listed unit (the others' blocks leave at once) and the walk's blocks loop
-over the list (a grid sized to the GPU, not to the volume). So a surface touching a few
-percent of a large volume costs a few percent of its reads.
+the ones whose tiles they number vertices from (one unit further along each axis), and the
+passes run a block per listed unit (the walk: per third of one; the grid covers every unit,
+the blocks beyond the list leave at once). So a surface touching a few percent of a large
+volume costs a few percent of its reads.
 
 Pass 1 (mc_count) counts per tile (30 points of a row in a chunk, _tables.TILE) its
 vertices, triangles and lead column's vertices (the caller scans the tiles, zero where
@@ -100,9 +100,7 @@ __global__ void mc_units(const double* __restrict__ rng, const int si, const int
 
 // The units both passes visit: the active ones and those one unit further along j, k and
 // the chunks (pass 2 numbers vertices from the tiles there, so pass 1 must count
-// them). units[0]: their number, units[1]: unused, units[2]: the next unit the walk takes
-// (its blocks take units as they finish: units differ widely in its work; the caller zeroes
-// units[2] before each walk), units[3 ..]: the list (in no particular order).
+// them). units[0]: their number, units[1 ..]: the list (in no particular order).
 __global__ void mc_list(const unsigned char* __restrict__ active, const Box b, const int n, int* __restrict__ units) {
     const int u = blockIdx.x * blockDim.x + threadIdx.x;
     bool take = false;
@@ -120,25 +118,7 @@ __global__ void mc_list(const unsigned char* __restrict__ active, const Box b, c
     int base = 0;
     if (lane == first) base = atomicAdd(units, __popc(m));
     base = __shfl_sync(FULL, base, first);
-    if (take) units[3 + base + __popc(m & ((1u << lane) - 1u))] = u;
-}
-
-// The next piece of work for a block of the walk (`counter`: 2, see mc_list): unit
-// units[3 + n / parts], part n %% parts; -1 when none is left. LIST false: every unit is
-// visited (the list is 0, 1, ...), one piece per block, n = blockIdx.x.
-template <bool LIST>
-__device__ __forceinline__ int next_work(int* units, int counter, int parts, int* s_next, int& part, int& calls) {
-    if (!LIST) {
-        const int n = calls++ == 0 ? (int)blockIdx.x : 0x7FFFFFFF;
-        part = n %% parts;
-        return n < parts * units[0] ? n / parts : -1;
-    }
-    __syncthreads();  // every warp is done with the previous piece
-    if (threadIdx.x == 0 && threadIdx.y == 0) *s_next = atomicAdd(units + counter, 1);
-    __syncthreads();
-    const int n = *s_next;
-    part = n %% parts;
-    return n < parts * units[0] ? units[3 + n / parts] : -1;
+    if (take) units[1 + base + __popc(m & ((1u << lane) - 1u))] = u;
 }
 
 // Where pass 1 keeps the span of planes of its warp of rows lo1 + R g .. (and the next
@@ -221,11 +201,10 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
         const double level, const float levelf, const signed char* __restrict__ ntri, int* __restrict__ vtile,
         int* __restrict__ ttile, int* __restrict__ ltile, unsigned long long* stats, int* units,
         unsigned* __restrict__ planes) {
-    // A block a unit: units cost about the same here (every plane is loaded), and blocks
-    // looping over the list spilled registers in the loop (1.6x the time). The grid covers
-    // every unit; blocks beyond the list leave at once.
+    // A block a unit (LIST: the blockIdx.x-th listed; blocks beyond the list leave at once).
+    // Blocks looping over the list spilled registers inside the loop: 1.6x the time.
     if ((int)blockIdx.x >= units[0]) return;
-    const int u = LIST ? units[3 + blockIdx.x] : (int)blockIdx.x;
+    const int u = LIST ? units[1 + blockIdx.x] : (int)blockIdx.x;
     __shared__ unsigned char s_ntri[256];  // by quad() bits
     const int tid = threadIdx.y * 32 + threadIdx.x;
     for (int q = tid; q < 256; q += blockDim.x * blockDim.y) s_ntri[q] = ntri[case_of(q)];
@@ -386,7 +365,12 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     // touch 32 consecutive slots, no bank conflicts).
     __shared__ int s_qv[8][13][QCAP];
     __shared__ unsigned char s_qc[8][QCAP];
-    __shared__ int s_next;
+    // A block takes a third of a unit's rows (piece n: third n %% 3 of unit n / 3, the next
+    // block the next third): the 8 warps each load rows j .. j + 2, so most of their loads
+    // hit in L1. A block a piece: the hardware hands the next block to the SM with room
+    // (pieces differ widely in work; blocks looping over the list spilled registers).
+    if ((int)blockIdx.x >= 3 * units[0]) return;
+    const int round = blockIdx.x %% 3, u = LIST ? units[1 + blockIdx.x / 3] : (int)blockIdx.x / 3;
     const int tid = threadIdx.y * 32 + threadIdx.x;
     for (int q = tid; q < 256; q += 256) { s_case[q] = (unsigned char)case_of(q); s_ntri[q] = ntri[q]; }
     for (int q = tid; q < 256 * 16; q += 256)
@@ -394,21 +378,15 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     __syncthreads();
     const int lane = threadIdx.x;
     const int m1 = b.hi1 - b.lo1 + 1;
-    // A block takes a third of a unit's rows, the next block the next third (the same
-    // unit): the 8 warps each load rows j .. j + 2, so most of their loads hit in L1.
-    int round, calls = 0;
-    for (int u = next_work<LIST>(units, 2, 3, &s_next, round, calls); u >= 0;
-         u = next_work<LIST>(units, 2, 3, &s_next, round, calls)) {
     int bx, by, c;
     unit_of(u, b, bx, by, c);
-    {
     const int r1 = UROWS * bx + 8 * round + threadIdx.y, j = b.lo1 + r1;
     const int k = b.lo2 + TILE * by + lane;
-    if (j > b.hi1 || k - lane > b.hi2) continue;
+    if (j > b.hi1 || k - lane > b.hi2) return;
     const bool kin = k <= b.hi2, own = kin && lane < TILE;
     const int i0 = b.lo0 + c * b.chunk, i1 = min(i0 + b.chunk - 1, b.hi0);
     const long long tile = ((long long)c * m1 + r1) * ntk + by;  // the warp's
-    if (!(vtile[tile] | ttile[tile])) continue;
+    if (!(vtile[tile] | ttile[tile])) return;
     // The planes to walk: from the first to the last where pass 1 saw samples of rows j ..
     // j + 2 on both sides (its warps of CR rows hold rows j0 .. j0 + CR: one or two of them).
     // Outside them no edge of these rows is crossed: no vertex, no face, counts unchanged.
@@ -422,7 +400,7 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
         ib = i0 - 1;
         if (sp) { ia = i0 + (int)(sp >> 16) - 1; ib = i0 + (int)(sp & 0xFFFFu) - 1; }
         if (sq) { ia = min(ia, i0 + (int)(sq >> 16) - 1); ib = max(ib, i0 + (int)(sq & 0xFFFFu) - 1); }
-        if (ia > ib) continue;
+        if (ia > ib) return;
     }
     const int nrow = min(3, b.hi1 - j + 1);
     const unsigned K2 = __ballot_sync(FULL, lane < 31 && k < b.hi2);
@@ -604,8 +582,6 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     };
     if (nrow == 3 && k - lane + 31 <= b.hi2) run_planes(Bool<true>()); else run_planes(Bool<false>());
     if (qn) flush(qn);
-    }
-    }
 }
 
 struct Out {
@@ -731,9 +707,9 @@ def _kernel(kind: str, dtype=None, listed: bool | None = None):
 
 
 @functools.cache
-def _blocks_per_launch(kind: str, device: int) -> int:
-    """Blocks of a pass's launch (they take units until none is left): more than the GPU
-    keeps resident, so every SM stays full whatever the occupancy the registers allow."""
+def _vertex_blocks(device: int) -> int:
+    """Most blocks of a vertex kernel's launch (they stride over the vertices): more than
+    the GPU keeps resident, so every SM stays full whatever the occupancy the registers allow."""
     import cupy
 
     return 32 * int(cupy.cuda.Device(device).attributes["MultiProcessorCount"])
@@ -828,7 +804,7 @@ class Scratch:
             (np.int32, (3, nlevels, ntiles)),  # tiles: tiles of units not visited hold nothing
             (np.uint32, (nlevels, nspans)),  # planes: pass 1's plane spans, none in units not visited
             (np.uint64, (3,)),  # bad: non-finite flag, vertex and triangle totals
-            (np.int32, (nlevels, 3 + nunits)),  # units: per level how many, which (see select)
+            (np.int32, (nlevels, 1 + nunits)),  # units: per level how many, which (see select)
             (np.uint8, (nunits,))])  # active
         last = self.units if listed else self.bad  # every unit, a block each: `units` set once (the passes read it)
         self._zero = (self.tiles.data.ptr, last.data.ptr + last.nbytes - self.tiles.data.ptr)
@@ -864,8 +840,8 @@ def mesh_arrays(specs) -> list:
 
 def select(ranges, level, lo, hi, chunk, active, units) -> None:
     """The units the passes visit at `level`, from the volume's TileRanges: `active` (uint8,
-    one per unit) scratch, `units` (int32, 3 + units, zeroed) gets their number, the
-    passes' counters and the list (see mc_list)."""
+    one per unit) scratch, `units` (int32, 1 + units, zeroed) gets their number and
+    the list (see mc_list)."""
     n = math.prod(unit_grid(lo, hi, chunk))
     box = _box(tuple(lo), tuple(hi), chunk)
     rng = ranges.values
@@ -890,12 +866,11 @@ def scan(tiles):
     return cupy.cumsum(tiles[:2].reshape(-1), dtype=cupy.uint32).view(cupy.int32)
 
 
-def _launch(kind: str, vol, lo, hi, chunk, listed: bool) -> tuple:
-    """Grid and block of a pass: a block per piece of work over every unit (pass 1's
-    blocks beyond the list leave at once), or (`listed` walk) blocks that take the listed
-    units until none is left."""
+def _launch(kind: str, lo, hi, chunk) -> tuple:
+    """Grid and block of a pass: a block per piece of work of every unit (the blocks of
+    the pieces beyond a list leave at once)."""
     n = math.prod(unit_grid(lo, hi, chunk)) * (3 if kind == "walk" else 1)
-    return (min(n, _blocks_per_launch(kind, vol.device.id)) if listed and kind == "walk" else n,), (32, 8)
+    return (n,), (32, 8)
 
 
 def count(vol, ext, level, lo, hi, chunk, tables, vtile, ttile, ltile, stats, units, planes,
@@ -908,7 +883,7 @@ def count(vol, ext, level, lo, hi, chunk, tables, vtile, ttile, ltile, stats, un
     caller) gets per warp the first and last plane where its samples are not all on one
     side: the walk steps over the planes before and after. `listed`: units from select(),
     else every unit (a list 0, 1, ... of them all)."""
-    grid, block = _launch("count", vol, lo, hi, chunk, listed)
+    grid, block = _launch("count", lo, hi, chunk)
     box = _box(tuple(lo), tuple(hi), chunk)
     _kernel("count", vol.dtype, listed)(grid, block, (vol, _vol(vol, ext), box, np.float64(level), _levelf(level),
                                                       tables[0], vtile, ttile, ltile, stats, units, planes))
@@ -931,12 +906,7 @@ def generate(vol, ext, level, lo, hi, chunk, tiles, scan, n, ntiles, room, known
         return
     box = _box(tuple(lo), tuple(hi), chunk)
     g = _vol(vol, ext)
-    grid, block = _launch("walk", vol, lo, hi, chunk, listed)
-    if listed:  # the walk's blocks take units from counter units[2]: a call may walk twice (see _mesh)
-        import cupy
-
-        cupy.cuda.runtime.memsetAsync(units.data.ptr + 2 * units.itemsize, 0, units.itemsize,
-                                      cupy.cuda.get_current_stream().ptr)
+    grid, block = _launch("walk", lo, hi, chunk)
     ntk = unit_grid(lo, hi, chunk)[2]
     nall = len(scan) // 2
     vti, tti = scan[:nall], scan[nall:]
@@ -951,6 +921,6 @@ def generate(vol, ext, level, lo, hi, chunk, tiles, scan, n, ntiles, room, known
                              ptr(normals), ptr(vout), ptr(keys), ptr(vals),
                              int(vals is not None and vals.dtype == np.float32), vg])
     most = room[0] if known is None else known
-    blocks = min(-(-most // 256), _blocks_per_launch("vertex", vol.device.id))
+    blocks = min(-(-most // 256), _vertex_blocks(vol.device.id))
     _kernel("vertex", vol.dtype)((blocks,), (256,), (vol, g, np.float64(level), vedge, vti, np.int64(ntiles),
                                                      np.int32(n), np.int64(room[0]), o))
