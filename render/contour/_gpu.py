@@ -201,8 +201,8 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
         const double level, const float levelf, const signed char* __restrict__ ntri, int* __restrict__ vtile,
         int* __restrict__ ttile, int* __restrict__ ltile, unsigned long long* stats, int* units,
         unsigned* __restrict__ planes) {
-    // A block a unit (LIST: the blockIdx.x-th listed; blocks beyond the list leave at once).
-    // Blocks looping over the list spilled registers inside the loop: 1.6x the time.
+    // A block a unit (LIST: the blockIdx.x-th listed; blocks beyond the list leave at once):
+    // blocks looping over the list spilled registers inside the loop.
     if ((int)blockIdx.x >= units[0]) return;
     const int u = LIST ? units[1 + blockIdx.x] : (int)blockIdx.x;
     __shared__ unsigned char s_ntri[256];  // by quad() bits
