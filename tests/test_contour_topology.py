@@ -249,3 +249,28 @@ def test_noise_has_no_flat_triangles_or_four_way_edges():
     assert (fwd + bwd).max() == 2
     assert_manifold(v, f, vol.shape)
     assert_same_vertices_as_scikit_image(vol, 0.0, v)
+
+
+def test_the_gpu_tables_give_each_cube_the_cpus_triangles():
+    """The GPU passes look cases up by their ballot bits (bit 4 di + 2 dj + dk for the
+    corner at (di, dj, dk)) in tables built on the host: for every pattern, the triangles
+    they give a lone cube are those the CPU path makes of it."""
+    import re
+
+    from render.contour import _gpu
+    from render.contour._tables import EDGES, kernel_tables
+
+    offs = {k: int(v) for k, v in re.findall(r"#define (TRI|CASE_Q|NTRI_C|NTRI_Q) (\d+)", _gpu.source("float")[0])}
+    packed = _gpu.tables(*kernel_tables()[:2])
+    assert packed.dtype == np.uint8 and len(packed) == offs["NTRI_Q"] + 256
+    tri = packed[offs["TRI"]:offs["TRI"] + 4096].reshape(256, 16)
+    for q in range(256):
+        vol = np.array([[[(q >> (4 * di + 2 * dj + dk)) & 1 for dk in (0, 1)] for dj in (0, 1)] for di in (0, 1)],
+                       np.float32)
+        verts, faces, _ = marching_cubes(vol, 0.5)
+        case = int(packed[offs["CASE_Q"] + q])
+        nt = int(packed[offs["NTRI_Q"] + q])
+        assert nt == packed[offs["NTRI_C"] + case] == len(faces), q
+        # the table's edges, as the points halfway along them (the level is halfway)
+        want = [CUBE[list(EDGES[e])].mean(0) for e in tri[case, :3 * nt]]
+        np.testing.assert_allclose(verts[faces.ravel()], np.reshape(want, (-1, 3)), err_msg=str(q))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -66,14 +66,15 @@ def _all_finite():
     return cupy.ReductionKernel("T x", "bool y", "isfinite(x)", "a && b", "y = a", "true", "insitu_all_finite")
 
 
-_tables_on: dict[int | None, tuple] = {}  # device (None: host) -> kernel tables
+_tables_on: dict[int | None, Any] = {}  # device (None: host) -> kernel tables
 
 
 def _device_tables(device):
-    """The kernel tables on `device` (None: host), uploaded once."""
+    """The kernel tables on `device` (None: host's, _tables.kernel_tables; a device's:
+    _gpu.tables), uploaded once."""
     if device not in _tables_on:
         host = kernel_tables()
-        _tables_on[device] = host if device is None else tuple(arrays.to_device(t) for t in host)
+        _tables_on[device] = host if device is None else arrays.to_device(_gpu.tables(*host[:2]))
     return _tables_on[device]
 
 

@@ -47,9 +47,12 @@ _TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtyp
           np.dtype(np.int32): "int", np.dtype(np.uint32): "unsigned int"}
 
 _SOURCE = r"""
-#define CORNER0 {%(c0)s}
-#define CORNER1 {%(c1)s}
-#define CORNER2 {%(c2)s}
+// Byte offsets in the tables array (see tables()): triangles' edges by case (16 bytes a
+// case), case by quad() bits, triangles by case, triangles by quad() bits
+#define TRI 0
+#define CASE_Q 4096
+#define NTRI_C 4352
+#define NTRI_Q 4608
 #define EDGE_I {%(e0)s}
 #define EDGE_J {%(e1)s}
 #define EDGE_K {%(e2)s}
@@ -181,16 +184,6 @@ __device__ __forceinline__ int quad(unsigned M0, unsigned M1, unsigned N0, unsig
     return ((M0 >> l) & 3u) | (((M1 >> l) & 3u) << 2) | (((N0 >> l) & 3u) << 4) | (((N1 >> l) & 3u) << 6);
 }
 
-// The marching-cubes case (bit n: corner n of CORNERS inside) of quad() bits q.
-__device__ __forceinline__ int case_of(int q) {
-    const int c0[8] = CORNER0, c1[8] = CORNER1, c2[8] = CORNER2;
-    int c = 0;
-    #pragma unroll
-    for (int n = 0; n < 8; ++n)
-        if ((q >> (4 * c0[n] + 2 * c1[n] + c2[n])) & 1) c |= 1 << n;
-    return c;
-}
-
 // Pass 1: a warp counts the vertices (crossed edges starting at its points) and
 // triangles (cubes whose lower corner they are) of the R tiles of rows j0 .. j0 + R - 1,
 // TILE points k0 .. k0 + TILE - 1 (lanes beyond lend samples), of one chunk of planes,
@@ -198,7 +191,7 @@ __device__ __forceinline__ int case_of(int q) {
 // the loads and ballots only. Every sample of the box is also tested for NaN and inf.
 template <typename T, int R, int MINB, bool LIST>
 __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, const Vol g, const Box b,
-        const double level, const float levelf, const signed char* __restrict__ ntri, int* __restrict__ vtile,
+        const double level, const float levelf, const unsigned char* __restrict__ tabs, int* __restrict__ vtile,
         int* __restrict__ ttile, int* __restrict__ ltile, unsigned long long* stats, int* units,
         unsigned* __restrict__ planes) {
     // A block a unit (LIST: the blockIdx.x-th listed; blocks beyond the list leave at once):
@@ -207,7 +200,7 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
     const int u = LIST ? units[1 + blockIdx.x] : (int)blockIdx.x;
     __shared__ unsigned char s_ntri[256];  // by quad() bits
     const int tid = threadIdx.y * 32 + threadIdx.x;
-    for (int q = tid; q < 256; q += blockDim.x * blockDim.y) s_ntri[q] = ntri[case_of(q)];
+    for (int q = tid; q < 256; q += blockDim.x * blockDim.y) s_ntri[q] = tabs[NTRI_Q + q];
     __syncthreads();
     const int lane = threadIdx.x;
     int bx, by, c;
@@ -354,10 +347,9 @@ template <typename T, int MINB, bool LIST>
 __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, const Vol g, const Box b,
         const double level, const float levelf, const int* __restrict__ vtile, const int* __restrict__ ttile,
         const int* __restrict__ ltile, const int* __restrict__ vti, const int* __restrict__ tti,
-        const int* __restrict__ t0, const int ntk,
-        const signed char* __restrict__ ntri, const signed char* __restrict__ tri,
-        int* __restrict__ faces, long long* __restrict__ vedge, const unsigned vroom, const unsigned froom,
-        int* units, const unsigned* __restrict__ planes) {
+        const int* __restrict__ t0, const int ntk, const unsigned char* __restrict__ tabs, int* __restrict__ faces,
+        long long* __restrict__ vedge, const unsigned vroom, const unsigned froom, int* units,
+        const unsigned* __restrict__ planes) {
     __shared__ unsigned char s_case[256], s_ntri[256];  // case by quad() bits; triangles by case
     __shared__ __align__(16) unsigned char s_tri[256 * 16];  // a case's 15 triangle edges in 16 bytes
     // Per warp a ring of QCAP cubes waiting for their faces: the vertex numbers of their 12
@@ -372,9 +364,11 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     if ((int)blockIdx.x >= 3 * units[0]) return;
     const int round = blockIdx.x %% 3, u = LIST ? units[1 + blockIdx.x / 3] : (int)blockIdx.x / 3;
     const int tid = threadIdx.y * 32 + threadIdx.x;
-    for (int q = tid; q < 256; q += 256) { s_case[q] = (unsigned char)case_of(q); s_ntri[q] = ntri[q]; }
-    for (int q = tid; q < 256 * 16; q += 256)
-        s_tri[q] = (q & 15) < 15 ? (unsigned char)tri[15 * (q >> 4) + (q & 15)] : 0;
+    for (int q = tid; q < 256; q += 256) {
+        reinterpret_cast<uint4*>(s_tri)[q] = reinterpret_cast<const uint4*>(tabs + TRI)[q];
+        s_case[q] = tabs[CASE_Q + q];
+        s_ntri[q] = tabs[NTRI_C + q];
+    }
     __syncthreads();
     const int lane = threadIdx.x;
     const int m1 = b.hi1 - b.lo1 + 1;
@@ -663,6 +657,22 @@ __global__ void __launch_bounds__(256, MINB) mc_vertex(const T* __restrict__ v, 
 """
 
 
+def tables(ntri: np.ndarray, tri: np.ndarray) -> np.ndarray:
+    """The passes' tables in one uint8 array (offsets TRI, CASE_Q, NTRI_C, NTRI_Q of the
+    source), from `ntri` (256,) and `tri` (256, 15) of _tables.kernel_tables: uploaded
+    once; each block copies its part to shared memory in three loads a thread (the
+    walk has a block per third of a unit, so per-block arithmetic on the tables adds up).
+
+    Cases are also indexed by quad() bits: bit 4 di + 2 dj + dk for corner (di, dj, dk)."""
+    q = np.arange(256)
+    case = np.zeros(256, np.int64)
+    for n, (di, dj, dk) in enumerate(CORNERS):
+        case |= ((q >> (4 * di + 2 * dj + dk)) & 1) << n
+    tri16 = np.zeros((256, 16), np.uint8)
+    tri16[:, :15] = tri.astype(np.uint8)  # -1 (no triangle) becomes 255: never read (ntri bounds it)
+    return np.concatenate([tri16.ravel(), case, ntri, ntri[case]]).astype(np.uint8)
+
+
 def supported(dtype) -> bool:
     """Whether the kernels read `dtype` directly (others are converted first)."""
     return np.dtype(dtype) in _TYPES
@@ -681,8 +691,7 @@ def source(ctype: str) -> tuple[str, list[str], tuple[str, ...]]:
     """The CUDA source of the kernels for samples of C type `ctype`, the kernel instances
     to compile from it and the NVRTC options (what `_module` compiles; tests compile it
     without a GPU)."""
-    subst = {f"c{a}": ", ".join(str(int(x)) for x in CORNERS[:, a]) for a in range(3)}
-    subst.update({f"e{a}": ", ".join(str(int(x)) for x in EDGE_BASE[:, a]) for a in range(3)})
+    subst = {f"e{a}": ", ".join(str(int(x)) for x in EDGE_BASE[:, a]) for a in range(3)}
     subst["ea"] = ", ".join(str(int(x)) for x in EDGE_AXIS)
     subst["tile"] = TILE
     names = [f"mc_{kind}<{ctype}, {args}{listed}>" for kind, args in _KERNELS.items()
@@ -886,7 +895,7 @@ def count(vol, ext, level, lo, hi, chunk, tables, vtile, ttile, ltile, stats, un
     grid, block = _launch("count", lo, hi, chunk)
     box = _box(tuple(lo), tuple(hi), chunk)
     _kernel("count", vol.dtype, listed)(grid, block, (vol, _vol(vol, ext), box, np.float64(level), _levelf(level),
-                                                      tables[0], vtile, ttile, ltile, stats, units, planes))
+                                                      tables, vtile, ttile, ltile, stats, units, planes))
 
 
 def generate(vol, ext, level, lo, hi, chunk, tiles, scan, n, ntiles, room, known, tables, geo,
@@ -913,7 +922,7 @@ def generate(vol, ext, level, lo, hi, chunk, tiles, scan, n, ntiles, room, known
     level_tiles = slice(n * ntiles, (n + 1) * ntiles)
     _kernel("walk", vol.dtype, listed)(grid, block, (vol, g, box, np.float64(level), _levelf(level), *tiles,
                                                      vti[level_tiles], tti[level_tiles], vti[nall - 1:],
-                                                     np.int32(ntk), tables[0], tables[1], faces, vedge,
+                                                     np.int32(ntk), tables, faces, vedge,
                                                      np.uint32(room[0]), np.uint32(room[1]), units, planes))
     ptr = lambda a: 0 if a is None else a.data.ptr  # noqa: E731
     vg = _vol(vals, ext) if vals is not None else np.zeros((), _record(tuple(_VOL)))
