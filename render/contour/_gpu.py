@@ -49,10 +49,10 @@ _TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtyp
 _SOURCE = r"""
 // Byte offsets in the tables array (see tables()): triangles' edges by case (16 bytes a
 // case), case by quad() bits, triangles by case, triangles by quad() bits
-#define TRI 0
-#define CASE_Q 4096
-#define NTRI_C 4352
-#define NTRI_Q 4608
+#define TRI %(TRI)s
+#define CASE_Q %(CASE_Q)s
+#define NTRI_C %(NTRI_C)s
+#define NTRI_Q %(NTRI_Q)s
 #define EDGE_I {%(e0)s}
 #define EDGE_J {%(e1)s}
 #define EDGE_K {%(e2)s}
@@ -657,6 +657,10 @@ __global__ void __launch_bounds__(256, MINB) mc_vertex(const T* __restrict__ v, 
 """
 
 
+# Where tables() puts each table (the source's defines of the same names)
+_TABLE_AT = {"TRI": 0, "CASE_Q": 256 * 16, "NTRI_C": 256 * 17, "NTRI_Q": 256 * 18}
+
+
 def tables(ntri: np.ndarray, tri: np.ndarray) -> np.ndarray:
     """The passes' tables in one uint8 array (offsets TRI, CASE_Q, NTRI_C, NTRI_Q of the
     source), from `ntri` (256,) and `tri` (256, 15) of _tables.kernel_tables: uploaded
@@ -670,7 +674,11 @@ def tables(ntri: np.ndarray, tri: np.ndarray) -> np.ndarray:
         case |= ((q >> (4 * di + 2 * dj + dk)) & 1) << n
     tri16 = np.zeros((256, 16), np.uint8)
     tri16[:, :15] = tri.astype(np.uint8)  # -1 (no triangle) becomes 255: never read (ntri bounds it)
-    return np.concatenate([tri16.ravel(), case, ntri, ntri[case]]).astype(np.uint8)
+    parts = {"TRI": tri16.ravel(), "CASE_Q": case, "NTRI_C": ntri, "NTRI_Q": ntri[case]}
+    out = np.zeros(256 * 19, np.uint8)
+    for name, at in _TABLE_AT.items():
+        out[at:at + len(parts[name])] = parts[name]
+    return out
 
 
 def supported(dtype) -> bool:
@@ -694,6 +702,7 @@ def source(ctype: str) -> tuple[str, list[str], tuple[str, ...]]:
     subst = {f"e{a}": ", ".join(str(int(x)) for x in EDGE_BASE[:, a]) for a in range(3)}
     subst["ea"] = ", ".join(str(int(x)) for x in EDGE_AXIS)
     subst["tile"] = TILE
+    subst.update(_TABLE_AT)
     names = [f"mc_{kind}<{ctype}, {args}{listed}>" for kind, args in _KERNELS.items()
              for listed in ((", true", ", false") if kind != "vertex" else ("",))]
     return _SOURCE % subst, names + ["mc_units", "mc_list"], _OPTIONS
