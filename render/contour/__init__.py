@@ -24,6 +24,7 @@ import numpy as np
 from insitu import arrays
 from insitu.ranges import as_tile_ranges
 
+from .. import _jit
 from .._fields import check_volume
 from . import _cpu, _gpu
 from ._tables import chunk_planes, kernel_tables, tile_count
@@ -115,7 +116,8 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
             _gpu.count(vol, ext, lev, lo, hi, chunk, tables, *counts[:, n], bad, units[n], sc.planes[n],
                        ranges is not None)
         else:
-            bad += _cpu.count(vol, lev, lo_a, hi_a, chunk, tables[0], counts[0, n], counts[1, n], counts[2, n])
+            bad += _jit.call(_cpu.count, vol, lev, lo_a, hi_a, chunk, tables[0], counts[0, n], counts[1, n],
+                             counts[2, n], inputs=(0,))
     geo = np.array([*spacing, *origin], np.float64)
     kdims = np.asarray(dims if dims is not None else (1, 1, 1), np.int64)
     per_level = 3 * int(kdims.prod())
@@ -180,13 +182,13 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
         mesh = alloc(nv, nf)
         for n, lev in enumerate(levels):
             at = slice(n * ntiles, (n + 1) * ntiles)
-            _cpu.generate(vol, ext, lev, lo_a, hi_a, chunk, counts[0, n], counts[1, n], counts[2, n], vbase[at],
-                          tbase[at],
-                          *tables, geo, np.asarray(offset, np.int64),
-                          vals if vals is not None else np.zeros((1, 1, 1)), vals is not None,
-                          mesh[4] if dims is not None else np.zeros(1, np.int64), dims is not None,
-                          kdims, n * per_level, mesh[0], mesh[1], mesh[2],
-                          mesh[3] if vals is not None else np.zeros(1, np.float32))
+            # without a second field, the volume stands in for it (unread): the same specialization
+            _jit.call(_cpu.generate, vol, ext, lev, lo_a, hi_a, chunk, counts[0, n], counts[1, n], counts[2, n],
+                      vbase[at], tbase[at], *tables, geo, np.asarray(offset, np.int64),
+                      vals if vals is not None else vol, vals is not None,
+                      mesh[4] if dims is not None else np.zeros(1, np.int64), dims is not None,
+                      kdims, n * per_level, mesh[0], mesh[1], mesh[2],
+                      mesh[3] if vals is not None else np.zeros(1, np.float32), inputs=(0, 16))
         _cpu.scratch.give(counts)
     if vals is not None:
         _check_sampled(mesh[3], vname)

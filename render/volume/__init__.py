@@ -26,6 +26,7 @@ import numpy as np
 
 from insitu import arrays
 
+from .. import _jit
 from .._fields import check_volume
 from ..camera import Camera
 from . import _cpu, _gpu
@@ -179,7 +180,8 @@ def _render(vol, tf: TransferFunction, params: dict, width: int, height: int, ax
         return rgba, depth
     rgba = np.empty((height, width, 4), np.float32)
     depth = np.empty((height, width), np.float32)
-    _cpu.render(vol, tf.table, *pack(params), ax if ax is not None else _NO_AXES, rgba, depth)
+    _jit.call(_cpu.render, vol, tf.table, *pack(params), ax if ax is not None else _NO_AXES, rgba, depth,
+              inputs=(0, 1))
     return rgba, depth
 
 
