@@ -33,10 +33,13 @@ $(STAMP): pyproject.toml
 	$(VPY) -m pip install -q -e '.[test]'
 	@touch $@
 
+# The suite runs on two workers (pytest-xdist), a test file per worker at a time (--dist loadfile):
+# a file's module fixtures (Spark sessions, shared grids) are set up once; its Numba compiles
+# overlap with the other worker's tests.
 test: system venv catalyst conduit
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV_PATH) $(CATALYST_ENV) $(CONDUIT_ENV) $(VPY) -m pytest -q --durations=25
+	$(VENV_PATH) $(CATALYST_ENV) $(CONDUIT_ENV) $(VPY) -m pytest -q -n 2 --dist loadfile --durations=25
 	$(MAKE) --no-print-directory test-openmpi
 
 # A system MPI as HPC sites have it (issue 27): Debian's Open MPI (scripts/ensure-system.sh installs

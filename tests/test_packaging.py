@@ -143,7 +143,8 @@ def test_make_test_checks_the_core_install_against_debians_open_mpi():
                        cwd=ROOT, timeout=60)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    main = next(i for i, s in enumerate(lines) if re.search(r"-m pytest -q( --durations=\d+)?$", s))
+    suite = r"-m pytest -q( -n \d+ --dist \w+)?( --durations=\d+)?$"
+    main = next(i for i, s in enumerate(lines) if re.search(suite, s))
     tail = lines[main + 1:]  # after the main suite
     assert tail[0].endswith("test-openmpi")
     build = [s for s in tail if "-m pip install" in s]
