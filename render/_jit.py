@@ -21,7 +21,7 @@ def input_type(a: np.ndarray) -> types.Array:
     """Numba's type for the read-only input array `a`: its dtype and rank, read-only, C layout
     if `a` is C-contiguous, any layout ('A') otherwise."""
     layout = "C" if a.flags.c_contiguous else "A"
-    return types.Array(numba.from_dtype(a.dtype), a.ndim, layout, readonly=True)
+    return types.Array(numba.from_dtype(a.dtype), a.ndim, layout, readonly=True, aligned=a.flags.aligned)
 
 
 def call(kernel: Any, *args: Any, inputs: tuple[int, ...] = ()) -> Any:
@@ -43,4 +43,7 @@ def call(kernel: Any, *args: Any, inputs: tuple[int, ...] = ()) -> Any:
     What the kernel returns.
     """
     sig = tuple(input_type(a) if n in inputs else numba.typeof(a) for n, a in enumerate(args))
-    return kernel.compile(sig)(*args)
+    # Found without compile(), which takes Numba's process-wide compiler lock: a call would
+    # wait for whatever another thread is compiling.
+    known = kernel.overloads.get(sig)
+    return (known.entry_point if known is not None else kernel.compile(sig))(*args)
