@@ -20,10 +20,12 @@ shows ``luminance`` and ``depth``; Fides sizes the grid step by step from ``lumi
 :class:`FrameReader` gives frames back as (H, W, 4) images, rows top first.
 
 In-situ defaults for SST: the writer opens without waiting for a reader
-(``RendezvousReaderCount=0``) and keeps at most a few frames for slow readers,
-dropping the oldest (``QueueLimit``, ``QueueFullPolicy=Discard``): a simulation never
-waits for a viewer. ``lossless=True`` waits for one reader and for queue room instead,
-up to a deadline.
+(``RendezvousReaderCount=0``) and keeps at most a few frames that readers have not
+released (``QueueLimit``, ``QueueFullPolicy=Discard``); while that queue is full SST
+drops each new frame: a simulation never waits for a viewer, and a slow viewer sees
+frames a few steps old and misses those written while it lagged (the stream's last
+frame too, when it came then). ``lossless=True`` waits for one reader and for queue
+room instead, up to a deadline.
 
 The SST writer runs in a process of its own (``python -m insitu.stream.relay frames``):
 ADIOS2's Python calls hold the GIL while SST waits, and SST's writer waits without a
@@ -488,7 +490,8 @@ class _Relay:
       answer before sending;
     - default: ``put`` never waits. While a frame is in flight the new one waits in the free
       slot and goes with the next ``put`` or ``close``; a newer frame replaces it (counted in
-      ``replaced``), so the newest frame is the one delivered, as SST's Discard policy does.
+      ``replaced``), so the newest frame is the one handed to SST (whose own full queue
+      then drops new frames, not old ones).
     """
 
     def __init__(self, name: str, params: Mapping[str, str], deadline: float | None, lossless: bool) -> None:

@@ -9,8 +9,9 @@ contact file (``<name>.sst``) exists and passes what arrives through a pipe; ``p
 only reads what is already in the pipe. SST has no authentication, so the relay opens
 only a contact file of this user's that nobody else can rewrite (``_sst.read_contact``);
 another one is refused and reported in :attr:`SteeringReader.problems`. The viewer does
-not wait for the simulation either (no rendezvous; a small queue, oldest updates
-dropped), so an update sent before the simulation connects can be lost: a viewer sends
+not wait for the simulation either (no rendezvous; a small queue, and SST drops new
+updates while it is full, which the relay's prompt reading keeps from happening), so an
+update sent before the simulation connects can be lost: a viewer sends
 its whole state with every update, which the simulation merges, so the newest one is all
 that matters.
 """
