@@ -306,6 +306,210 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
     }
 }
 
+// Pass 1 over every unit of a volume of 4-byte samples whose rows hold k at unit stride and
+// start 16-byte aligned (the whole-volume path): the same counts as mc_count, from one
+// 16-byte load per lane and row (lane l: points 4 l .. 4 l + 3 of a segment of 128, a
+// 512-byte aligned run of memory, where mc_count's 30-point tiles straddle 128-byte
+// lines). The point after a lane's last is the next lane's first (lane 31: one more
+// sample). A lane's four points lie in one tile or two (TILE > 4): it counts per tile in
+// registers; after the chunk the warp sums each tile of its segment and adds it to the
+// tile's counts (zeroed by the caller: a tile can straddle two segments). The plane spans
+// are mc_count's, per column of its warps (32 points), from the lanes holding the column's
+// points (up to two more points: never a crossed plane left out), merged over the two
+// segments a column can straddle.
+template <typename T> struct Vec4;
+template <> struct Vec4<float> { typedef float4 type; };
+template <> struct Vec4<int> { typedef int4 type; };
+template <> struct Vec4<unsigned int> { typedef uint4 type; };
+
+template <typename T, int NR>
+struct Rows4 { typename Vec4<T>::type x[NR]; T e[NR]; };  // e: lane 31's next sample
+
+template <bool F, typename T, int NR>
+__device__ __forceinline__ void load_rows4(const T* p, long long s1, int nrow, int npt, bool ext, Rows4<T, NR>& q) {
+    typedef typename Vec4<T>::type V;
+    #pragma unroll
+    for (int r = 0; r < NR; ++r) {
+        if (F || (r < nrow && npt == 4)) {
+            q.x[r] = *reinterpret_cast<const V*>(p + r * s1);
+        } else {
+            const T* a = p + r * s1;
+            const bool in = r < nrow;
+            q.x[r].x = in && npt > 0 ? a[0] : T(0);
+            q.x[r].y = in && npt > 1 ? a[1] : T(0);
+            q.x[r].z = in && npt > 2 ? a[2] : T(0);
+            q.x[r].w = T(0);
+        }
+        q.e[r] = ext && (F || r < nrow) ? p[r * s1 + 4] : T(0);
+    }
+}
+
+// Bits 0 .. 3 of row r's word: the lane's points above the level; bit 4: the next point's
+// (the next lane's bit 0, lane 31's own extra sample).
+template <bool F, typename T, int NR>
+__device__ __forceinline__ void words4(const Rows4<T, NR>& q, int nrow, int lane, double level, float levelf,
+                                       float& acc, unsigned* W) {
+    #pragma unroll
+    for (int r = 0; r < NR; ++r) {
+        const typename Vec4<T>::type x = q.x[r];
+        taint(x.x, acc); taint(x.y, acc); taint(x.z, acc); taint(x.w, acc);
+        const unsigned w = (unsigned)above(x.x, level, levelf) | (unsigned)above(x.y, level, levelf) << 1
+                         | (unsigned)above(x.z, level, levelf) << 2 | (unsigned)above(x.w, level, levelf) << 3;
+        const unsigned nx = __shfl_down_sync(FULL, w, 1) & 1u;
+        W[r] = (F || r < nrow) ? w | (lane == 31 ? (unsigned)above(q.e[r], level, levelf) : nx) << 4 : 0u;
+    }
+}
+
+template <typename T, int R, int MINB>
+__global__ void __launch_bounds__(256, MINB) mc_count4(const T* __restrict__ v, const Vol g, const Box b,
+        const int nseg, const double level, const float levelf, const unsigned char* __restrict__ tabs,
+        int* __restrict__ vtile, int* __restrict__ ttile, int* __restrict__ ltile, unsigned long long* stats,
+        unsigned* __restrict__ planes) {
+    __shared__ unsigned char s_ntri[256];  // by quad() bits
+    const int tid = threadIdx.y * 32 + threadIdx.x;
+    for (int q = tid; q < 256; q += blockDim.x * blockDim.y) s_ntri[q] = tabs[NTRI_Q + q];
+    __syncthreads();
+    const int lane = threadIdx.x;
+    // Block (c * nbx + bx) * nseg + sg: segments of a row fastest (the next one's first
+    // sample is this one's lane 31's extra), then units of rows, then chunks.
+    const int sg = blockIdx.x %% nseg, bx = (blockIdx.x / nseg) %% b.nbx, c = blockIdx.x / (nseg * b.nbx);
+    const int j0 = b.lo1 + UROWS * bx + R * threadIdx.y;
+    if (j0 > b.hi1) return;
+    const int ks = b.lo2 + 128 * sg, kl = ks + 4 * lane;  // the segment's first point, the lane's
+    const int m1 = b.hi1 - b.lo1 + 1;
+    const int nrow = min(R + 1, b.hi1 - j0 + 1), nown = min(R, nrow);  // rows read, rows counted
+    const int npt = max(0, min(4, b.hi2 - kl + 1));  // the lane's points in the box
+    const bool ext = lane == 31 && ks + 128 <= b.hi2;
+    // bits s of the lane's points: in the box (own), with a cube and a k edge (kin: k < hi2),
+    // in the second of the lane's tiles (tb); the lead point (a tile's first: its lead column)
+    const unsigned own = (1u << npt) - 1u, kin = (1u << max(0, min(4, b.hi2 - kl))) - 1u;
+    const int ta = (kl - b.lo2) / TILE, split = TILE * (ta + 1) - (kl - b.lo2);  // tile of bit 0; first s in ta + 1
+    const unsigned tb = own & ~((1u << min(split, 4)) - 1u), tA = own & ~tb;
+    const int sl = (TILE - (kl - b.lo2) %% TILE) %% TILE;
+    const unsigned ld = sl < npt ? 1u << sl : 0u;
+    const unsigned valid = own | (kl + 4 <= b.hi2 ? 16u : 0u);  // bits of the word that are samples
+    const int i0 = b.lo0 + c * b.chunk, i1 = min(i0 + b.chunk - 1, b.hi0);
+    const long long s0 = g.s0, s1 = g.s1;
+    const T* p = v + i0 * s0 + j0 * s1 + (long long)kl;
+    int nvA[R], nvB[R], ntA[R], ntB[R], nl[R];
+    #pragma unroll
+    for (int r = 0; r < R; ++r) nvA[r] = nvB[r] = ntA[r] = ntB[r] = nl[r] = 0;
+    float acc = 0.0f;
+    int first = -1, last = -1;
+    const unsigned A3 = tA * 0x111u, B3 = tb * 0x111u, L3 = ld * 0x111u;  // x0 | x1 << 4 | x2 << 8
+    // Lane n keeps the plane span of mc_count's column c0 + n (its 32 points: lanes 30, 31
+    // of mc_count's warp lend samples), over the lanes holding them (cols: the lanes' masks)
+    const int kr = ks - b.lo2, c0 = max(0, (kr - 31 + TILE - 1) / TILE), c1 = min(b.nby - 1, (kr + 127) / TILE);
+    const int cl = TILE * (c0 + lane) - kr;  // the column's first point, from the segment's
+    const unsigned cols = lane <= c1 - c0
+        ? (0xFFFFFFFFu >> (31 - min(31, (cl + 31) / 4))) & (0xFFFFFFFFu << max(0, cl / 4)) : 0u;
+    auto run = [&](auto full) {
+        constexpr bool F = decltype(full)::value;
+        unsigned M[R + 1], N[R + 1];
+        Rows4<T, R + 1> q1, q2;  // planes i + 1, i + 2 in flight
+        load_rows4<F>(p, s1, nrow, npt, ext, q1);
+        words4<F>(q1, nrow, lane, level, levelf, acc, M);
+        if (i0 + 1 <= b.hi0) load_rows4<F>(p + s0, s1, nrow, npt, ext, q1);
+        if (i0 + 2 <= b.hi0 && i0 + 1 <= i1) load_rows4<F>(p + 2 * s0, s1, nrow, npt, ext, q2);
+        auto step = [&](const int i, Rows4<T, R + 1>& q) {
+            const bool xok = i < b.hi0;
+            if (xok) {
+                words4<F>(q, nrow, lane, level, levelf, acc, N);
+            } else {
+                #pragma unroll
+                for (int r = 0; r <= R; ++r) N[r] = M[r];
+            }
+            if (i + 3 <= b.hi0 && i + 2 <= i1) load_rows4<F>(p + 3 * s0, s1, nrow, npt, ext, q);
+            unsigned any = 0u, all = valid;
+            #pragma unroll
+            for (int r = 0; r <= R; ++r)
+                if (F || r < nrow) { any |= M[r] | N[r]; all &= M[r] & N[r]; }
+            // mixed: some sample of the warp above the level and some not
+            const bool mixed = __any_sync(FULL, (any & valid) != 0u) && __any_sync(FULL, (all & valid) != valid);
+            if (mixed) {
+                // the column's samples (lane n's column) not all on one side
+                const unsigned up = __ballot_sync(FULL, (any & own) != 0u);
+                const unsigned down = __ballot_sync(FULL, (all & own) != own);
+                if ((up & cols) && (down & cols)) {
+                    first = first < 0 ? i : first;
+                    last = i;
+                }
+                #pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    if (!F && r >= nown) continue;
+                    const bool jn = F || r + 1 < nrow;  // j < hi1
+                    const unsigned x0 = xok ? (M[r] ^ N[r]) & 15u : 0u, x1 = jn ? (M[r] ^ M[r + 1]) & 15u : 0u;
+                    const unsigned x2 = (M[r] ^ (M[r] >> 1)) & kin;
+                    const unsigned X = x0 | x1 << 4 | x2 << 8;
+                    nvA[r] += __popc(X & A3);
+                    nvB[r] += __popc(X & B3);
+                    nl[r] += __popc(X & L3);
+                    if (xok && jn) {
+                        const unsigned o = M[r] | M[r + 1] | N[r] | N[r + 1], a = M[r] & M[r + 1] & N[r] & N[r + 1];
+                        if ((o & 31u) && (a & 31u) != 31u) {
+                            #pragma unroll
+                            for (int s = 0; s < 4; ++s)
+                                if ((kin >> s) & 1u) {
+                                    const int t = s_ntri[quad(M[r], M[r + 1], N[r], N[r + 1], s)];
+                                    if ((tb >> s) & 1u) ntB[r] += t; else ntA[r] += t;
+                                }
+                        }
+                    }
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r <= R; ++r) M[r] = N[r];
+            p += s0;
+        };
+        for (int i = i0; i <= i1; i += 2) {
+            step(i, q1);
+            if (i + 1 > i1) break;
+            step(i + 1, q2);
+        }
+    };
+    if (nrow == R + 1 && __all_sync(FULL, npt == 4)) run(Bool<true>()); else run(Bool<false>());
+    // the column's span, merged with the other segment's where the column straddles two
+    const int gr = (j0 - b.lo1) / R;
+    if (first >= 0) {
+        unsigned* at = planes + span_of(b, c, gr, c0 + lane, R);
+        const unsigned f = (unsigned)(first - i0 + 1), l = (unsigned)(last - i0 + 1);
+        unsigned cur = *at;  // a stale value only costs a retry
+        while (true) {
+            const unsigned want = cur ? min(cur >> 16, f) << 16 | max(cur & 0xFFFFu, l) : f << 16 | l;
+            if (want == cur) break;
+            const unsigned seen = atomicCAS(at, cur, want);
+            if (seen == cur) break;
+            cur = seen;
+        }
+    }
+    const int t0 = kr / TILE, t1 = (min(ks + 127, b.hi2) - b.lo2) / TILE;
+    unsigned sv = 0u, st = 0u;
+    #pragma unroll
+    for (int r = 0; r < R; ++r) {
+        if (r >= nown) continue;
+        sv += nvA[r] + nvB[r];
+        st += ntA[r] + ntB[r];
+        const long long row = ((long long)c * m1 + j0 + r - b.lo1) * b.nby;
+        if (ld) ltile[row + (kl + sl - b.lo2) / TILE] = nl[r];
+        for (int t = t0; t <= t1; ++t) {
+            const int a = __reduce_add_sync(FULL, (ta == t ? nvA[r] : 0) + (ta + 1 == t ? nvB[r] : 0));
+            const int e = __reduce_add_sync(FULL, (ta == t ? ntA[r] : 0) + (ta + 1 == t ? ntB[r] : 0));
+            if (lane == 0) {
+                if (a) atomicAdd(vtile + row + t, a);
+                if (e) atomicAdd(ttile + row + t, e);
+            }
+        }
+    }
+    sv = __reduce_add_sync(FULL, sv);
+    st = __reduce_add_sync(FULL, st);
+    const bool nan = __ballot_sync(FULL, acc != acc) != 0u;
+    if (lane == 0) {
+        if (nan) atomicAdd(stats, 1ull);
+        if (sv) atomicAdd(stats + 1, (unsigned long long)sv);
+        if (st) atomicAdd(stats + 2, (unsigned long long)st);
+    }
+}
+
 // A vertex's edge packed: point (i, j, k) and axis a.
 __device__ __forceinline__ long long pack(int i, int j, int k, int a) {
     return ((long long)i << 42) | ((long long)j << 22) | ((long long)k << 2) | a;
@@ -689,7 +893,8 @@ def supported(dtype) -> bool:
 # Template arguments, measured at 1024^3 (docs/BENCHMARKS.md; H200, the vertex kernel's on
 # an H100): rows per warp and blocks per SM in pass 1 (more blocks beat the few registers
 # they spill), blocks per SM in the walk and the vertex kernel.
-_KERNELS = {"count": "3, 5", "walk": "3", "vertex": "3"}
+_KERNELS = {"count": "3, 5", "walk": "3", "vertex": "3", "count4": "3, 2"}
+_WIDE = {np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint32)}  # samples mc_count4 loads 4 at a time
 
 
 _OPTIONS = ("-std=c++14", "-default-device")
@@ -703,8 +908,9 @@ def source(ctype: str) -> tuple[str, list[str], tuple[str, ...]]:
     subst["ea"] = ", ".join(str(int(x)) for x in EDGE_AXIS)
     subst["tile"] = TILE
     subst.update(_TABLE_AT)
+    wide = ctype in {_TYPES[t] for t in _WIDE}
     names = [f"mc_{kind}<{ctype}, {args}{listed}>" for kind, args in _KERNELS.items()
-             for listed in ((", true", ", false") if kind != "vertex" else ("",))]
+             if kind != "count4" or wide for listed in ((", true", ", false") if kind in ("count", "walk") else ("",))]
     return _SOURCE % subst, names + ["mc_units", "mc_list"], _OPTIONS
 
 
@@ -901,10 +1107,23 @@ def count(vol, ext, level, lo, hi, chunk, tables, vtile, ttile, ltile, stats, un
     caller) gets per warp the first and last plane where its samples are not all on one
     side: the walk steps over the planes before and after. `listed`: units from select(),
     else every unit (a list 0, 1, ... of them all)."""
-    grid, block = _launch("count", lo, hi, chunk)
     box = _box(tuple(lo), tuple(hi), chunk)
-    _kernel("count", vol.dtype, listed)(grid, block, (vol, _vol(vol, ext), box, np.float64(level), _levelf(level),
+    g = _vol(vol, ext)
+    if not listed and _wide(vol, lo, g):
+        nseg = -(-(hi[2] - lo[2] + 1) // 128)
+        grid = (math.prod(unit_grid(lo, hi, chunk)[:2]) * nseg,)
+        _kernel("count4", vol.dtype)(grid, (32, 8), (vol, g, box, np.int32(nseg), np.float64(level), _levelf(level),
+                                                     tables, vtile, ttile, ltile, stats, planes))
+        return
+    grid, block = _launch("count", lo, hi, chunk)
+    _kernel("count", vol.dtype, listed)(grid, block, (vol, g, box, np.float64(level), _levelf(level),
                                                       tables, vtile, ttile, ltile, stats, units, planes))
+
+
+def _wide(vol, lo, g) -> bool:
+    """Whether mc_count4 can load `vol`'s samples from `lo` on 4 at a time (16-byte aligned rows)."""
+    return (vol.dtype in _WIDE and g["s2"] == 1 and g["s1"] % 4 == 0 and g["s0"] % 4 == 0
+            and (vol.data.ptr + 4 * (lo[0] * g["s0"] + lo[1] * g["s1"] + lo[2])) % 16 == 0)
 
 
 def generate(vol, ext, level, lo, hi, chunk, tiles, scan, n, ntiles, room, known, tables, geo,

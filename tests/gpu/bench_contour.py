@@ -270,7 +270,7 @@ def parts(sizes, reps=7):
         print(rows[-1], flush=True)
         del vol
         cp.get_default_memory_pool().free_all_blocks()
-    kinds = ["ranges", "units", "list", "count", "walk", "vertex", "whole call"]
+    kinds = ["ranges", "units", "list", "count", "count4", "walk", "vertex", "whole call"]
     out = ["### Marching cubes, GPU: time per kernel, Mandelbulb volume, float32, level 11", "",
            f"Device: {dev}; date {datetime.date.today()}; commit {commit()}; command "
            f"`python tests/gpu/bench_contour.py --parts {' '.join(map(str, sizes))}`. Median of {reps}; each "

@@ -250,3 +250,48 @@ def test_gpu_noise_mesh_is_the_cpu_mesh_and_manifold(dtype):
     assert d.max() < 1e-5 and len(np.unique(ix)) == len(cv)
     np.testing.assert_array_equal(oriented_triangles(ix[gf]), oriented_triangles(cf))
     assert_manifold(gv, gf, vol.shape, f"GPU mesh, {np.dtype(dtype)}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint32])
+@pytest.mark.parametrize("shape, region", [
+    ((70, 20, 132), None),  # a second segment of one lane; its first point is the first's extra sample
+    ((40, 27, 256), None),  # whole segments: the last without a next sample; a last warp of rows short
+    ((48, 36, 136), ((2, 3, 4), (40, 30, 129))),  # a box from k = 4 (aligned), its last lane half in it
+], ids=["132", "256", "region"])
+def test_gpu_whole_volume_pass_with_wide_loads_is_the_cpu_mesh(dtype, shape, region):
+    """4-byte samples in 16-byte aligned rows take pass 1 with 16-byte loads (mc_count4: tiles
+    straddle its segments, spans merge over its columns); noise at levels equal to samples,
+    the mesh numbered as the CPU numbers it, NaN still reported."""
+    from render.contour import _gpu
+
+    rng = np.random.default_rng(11)
+    vol = rng.integers(0, 4, shape).astype(dtype)  # every case and ambiguity; samples equal to the level
+    vol[: shape[0] // 2] = np.where(rng.random((shape[0] // 2, *shape[1:])) < 0.97, 0, 3)  # sparse: planes skipped
+    kinds = []
+    kernel = _gpu._kernel
+
+    def spy(kind, *a, **kw):
+        kinds.append(kind)
+        return kernel(kind, *a, **kw)
+
+    kw = {} if region is None else {"region": region}
+    try:
+        _gpu._kernel = spy
+        for level in (1.0, 2.0, 1.5):
+            cpu = marching_cubes(vol, level, **kw)
+            gpu = marching_cubes(cp.asarray(vol), level, **kw)
+            assert len(cpu[1]) > 1000
+            np.testing.assert_array_equal(cp.asnumpy(gpu[1]), cpu[1])
+            np.testing.assert_allclose(cp.asnumpy(gpu[0]), cpu[0], atol=1e-5)
+            # normals where the gradient has a direction (on integer samples it can cancel to
+            # zero, up to rounding that differs between the backends' arithmetic)
+            some = np.linalg.norm(cpu[2], axis=1) > 0.5
+            np.testing.assert_allclose(cp.asnumpy(gpu[2])[some], cpu[2][some], atol=1e-5)
+    finally:
+        _gpu._kernel = kernel
+    assert "count4" in kinds and "count" not in kinds
+    if dtype == np.float32:
+        bad = cp.asarray(vol)
+        bad[10, 10, 100] = cp.nan  # inside every box above
+        with pytest.raises(ValueError, match="volume: contains NaN or inf"):
+            marching_cubes(bad, 1.0, **kw)
