@@ -293,6 +293,23 @@ with FrameReader(sys.argv[1], "SST", timeout=60) as r:
     print(json.dumps([[f.step, int(f.image[0, 0, 0]), list(f.image.shape)] for f in r]), flush=True)
 """
 
+#: As READER, and it says "drained" once it has read a frame of time 1: those queued for it
+#: before are read then, and its queue has room (SST's Discard policy drops new frames while
+#: a reader's queue is full; after it has, a reader's ``next(timeout=...)`` waits for the
+#: writer's next frame whatever the timeout, so a quiet spell cannot tell it has read them).
+DRAINING_READER = """
+import json, sys
+from insitu.stream import FrameReader
+with FrameReader(sys.argv[1], "SST", timeout=60) as r:
+    print("connected", flush=True)
+    got = []
+    while not got or got[-1].time != 1.0:
+        got.append(r.next())
+    print("drained", flush=True)
+    got += list(r)
+    print(json.dumps([[f.step, int(f.image[0, 0, 0]), list(f.image.shape)] for f in got]), flush=True)
+"""
+
 
 def test_the_default_writer_never_waits_for_its_process_and_delivers_the_newest_frame(tmp_path):
     name = str(tmp_path / "frames")
@@ -300,7 +317,7 @@ def test_the_default_writer_never_waits_for_its_process_and_delivers_the_newest_
     w = FrameWriter(name, "SST", deadline=10.0)
     reader = None
     try:
-        reader = spawn(READER, name)
+        reader = spawn(DRAINING_READER, name)
         step, end = 0, time.monotonic() + 60
         with selectors.DefaultSelector() as sel:  # frames flow until the reader is in
             sel.register(reader.stdout, selectors.EVENT_READ)
@@ -309,6 +326,16 @@ def test_the_default_writer_never_waits_for_its_process_and_delivers_the_newest_
                 step += 1
                 time.sleep(0.05)
         assert "connected" in reader.stdout.readline()
+        # its queue emptied first: a reader that a loaded machine held up while it connected
+        # would otherwise still hold a full queue when the newest frame comes, and SST drops that
+        end = time.monotonic() + 60
+        with selectors.DefaultSelector() as sel:  # frames of time 1 until it has one
+            sel.register(reader.stdout, selectors.EVENT_READ)
+            while not sel.select(timeout=0) and time.monotonic() < end:
+                w.write(np.full((64, 64, 4), step % 256, np.uint8), step=step, time=1.0)
+                step += 1
+                time.sleep(0.2)
+        assert "drained" in reader.stdout.readline()
         os.kill(w._relay.proc.pid, signal.SIGSTOP)  # the writer process busy (stopped) in the middle of frames
         try:
             for _ in range(10):
