@@ -53,6 +53,7 @@ from test_viewer import pattern
 from insitu.stream import FrameWriter
 stream, n, fps = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 pause_at = int(sys.argv[4]) if len(sys.argv) > 4 else -1  # then no frame for 3 s
+hold_at = int(sys.argv[5]) if len(sys.argv) > 5 else -1  # then no frame until a line comes on stdin
 w = FrameWriter(stream, "SST")
 t0, worst = time.monotonic(), 0.0
 for s in range(n):
@@ -60,6 +61,11 @@ for s in range(n):
         print("pause", flush=True)
         time.sleep(3.0)
         t0 += 3.0
+    if s == hold_at:
+        print("hold", flush=True)
+        t = time.monotonic()
+        sys.stdin.readline()
+        t0 += time.monotonic() - t
     t = time.monotonic()
     w.write(pattern(s), step=s, time=s / fps)
     worst = max(worst, time.monotonic() - t)
@@ -190,6 +196,25 @@ def until(cond, timeout, what):
             return v
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def tell(proc, line="go"):
+    proc.p.stdin.write(line + "\n")
+    proc.p.stdin.flush()
+
+
+def quiet(url, seconds, timeout=30):
+    """Waits until the viewer at `url` has received no frame for `seconds`: its reader has read
+    what its SST queue held (SST's Discard policy drops new frames while that queue is full)."""
+    last, since, end = None, time.monotonic(), time.monotonic() + timeout
+    while time.monotonic() < end:
+        n = status(url)["frames"]
+        if n != last:
+            last, since = n, time.monotonic()
+        elif time.monotonic() - since >= seconds:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the viewer kept receiving frames for {timeout} s")
 
 
 def stop_viewer(v, sig=signal.SIGTERM):
@@ -356,7 +381,8 @@ def test_live_stream_is_shown_and_recorded(tmp_path):
     st = status(v.url)
     assert time.monotonic() - t < 0.5 and (st["frames"], st["ended"], st["connected"]) == (0, False, False)
     assert get(v.url, "")[0].startswith(b"<!doctype html>")
-    w = Proc([sys.executable, _script(tmp_path, "writer.py", WRITER), stream, "80", "25", "50"])
+    w = Proc([sys.executable, _script(tmp_path, "writer.py", WRITER), stream, "80", "25", "50", "79"],
+             stdin=subprocess.PIPE)
     try:
         until(lambda: status(v.url)["frames"] >= 5, 30, "frames")
         seen = [status(v.url)["step"]]
@@ -371,6 +397,12 @@ def test_live_stream_is_shown_and_recorded(tmp_path):
         time.sleep(2.3)  # a writer that pauses has not ended
         st = status(v.url)
         assert not st["ended"] and st["connected"] and st["fps"] == 0
+        # before its last frame the writer waits until the viewer has read what it was sent: a
+        # viewer held up by a loaded machine would otherwise miss it (SST drops new frames while
+        # the viewer's queue is full)
+        w.wait_line("hold", 30)
+        quiet(v.url, 1.0)
+        tell(w)
         assert w.finish(60) == 0, w.log()
         st = until(lambda: (s := status(v.url))["ended"] and s, 10, "the end of the stream")
         assert st["error"] is None and st["step"] == 79
