@@ -315,8 +315,8 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
 // registers; after the chunk the warp sums each tile of its segment and adds it to the
 // tile's counts (zeroed by the caller: a tile can straddle two segments). The plane spans
 // are mc_count's, per column of its warps (32 points), from the lanes holding the column's
-// points (up to two more points: never a crossed plane left out), merged over the two
-// segments a column can straddle.
+// points and the point after each (a few more points: never a crossed plane left out),
+// merged over the two segments a column can straddle.
 template <typename T> struct Vec4;
 template <> struct Vec4<float> { typedef float4 type; };
 template <> struct Vec4<int> { typedef int4 type; };
@@ -427,9 +427,12 @@ __global__ void __launch_bounds__(256, MINB) mc_count4(const T* __restrict__ v, 
             // mixed: some sample of the warp above the level and some not
             const bool mixed = __any_sync(FULL, (any & valid) != 0u) && __any_sync(FULL, (all & valid) != valid);
             if (mixed) {
-                // the column's samples (lane n's column) not all on one side
-                const unsigned up = __ballot_sync(FULL, (any & own) != 0u);
-                const unsigned down = __ballot_sync(FULL, (all & own) != own);
+                // the column's samples (lane n's column) not all on one side; a lane's next
+                // point counts too: where a column straddles two segments, the first one's
+                // part then meets the second's first point (two parts each on one side, but
+                // different sides, are a mixed column)
+                const unsigned up = __ballot_sync(FULL, (any & valid) != 0u);
+                const unsigned down = __ballot_sync(FULL, (all & valid) != valid);
                 if ((up & cols) && (down & cols)) {
                     first = first < 0 ? i : first;
                     last = i;

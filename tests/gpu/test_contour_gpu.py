@@ -290,6 +290,14 @@ def test_gpu_whole_volume_pass_with_wide_loads_is_the_cpu_mesh(dtype, shape, reg
     finally:
         _gpu._kernel = kernel
     assert "count4" in kinds and "count" not in kinds
+    # a step between two segments: the columns that straddle them are one side in each
+    step = np.zeros((20, 10, 256), dtype)
+    step[..., :128] = 3
+    for k0 in (0, 120):  # the step alone, and beside a column's start
+        step[5:15, 2:8, k0:k0 + 2] = 3 - step[5:15, 2:8, k0:k0 + 2]
+        cpu, gpu = marching_cubes(step, 1.5), marching_cubes(cp.asarray(step), 1.5)
+        np.testing.assert_array_equal(cp.asnumpy(gpu[1]), cpu[1])
+        np.testing.assert_allclose(cp.asnumpy(gpu[0]), cpu[0], atol=1e-5)
     if dtype == np.float32:
         bad = cp.asarray(vol)
         bad[10, 10, 100] = cp.nan  # inside every box above
