@@ -16,7 +16,8 @@ volume costs a few percent of its reads.
 
 Pass 1 (mc_count) counts per tile (30 points of a row in a chunk, _tables.TILE) its
 vertices, triangles and lead column's vertices (the caller scans the tiles, zero where
-no unit was visited) and adds up the totals in 64 bits; pass 2 (mc_walk) writes faces
+no unit was visited) and adds up the totals in 64 bits (over a whole volume of 4-byte
+samples in 16-byte aligned rows, mc_count4 does, with 16-byte loads); pass 2 (mc_walk) writes faces
 and, per vertex, its packed edge, numbered plane by plane within each tile (a warp's
 lanes write neighbouring entries; faces 32 cubes at a time from a queue), skipping
 warps whose tiles have nothing and, in the others, the planes before the first and
@@ -895,7 +896,8 @@ def supported(dtype) -> bool:
 
 # Template arguments, measured at 1024^3 (docs/BENCHMARKS.md; H200, the vertex kernel's on
 # an H100): rows per warp and blocks per SM in pass 1 (more blocks beat the few registers
-# they spill), blocks per SM in the walk and the vertex kernel.
+# they spill), blocks per SM in the walk and the vertex kernel; in mc_count4 three blocks
+# per SM spill its loads in flight, which costs more than the blocks gain.
 _KERNELS = {"count": "3, 5", "walk": "3", "vertex": "3", "count4": "3, 2"}
 _WIDE = {np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint32)}  # samples mc_count4 loads 4 at a time
 
