@@ -129,7 +129,7 @@ from insitu.stream import SteeringWriter
 w = SteeringWriter(sys.argv[1])
 for i in range(40):  # the whole state, again and again (a viewer's heartbeat)
     w.send({"iso_values": [0.5], "camera": {"azimuth": 30.0}})
-    time.sleep(0.05)
+    time.sleep(0.2)
 w.close()
 """
 
@@ -140,7 +140,9 @@ def test_steering_reaches_a_simulation_that_never_waits(tmp_path):
     try:
         t0 = time.perf_counter()
         assert r.poll() == [] and r.alive  # no viewer: nothing, at once
-        assert time.perf_counter() - t0 < 0.01
+        # (a poll that waited would take an SST open's timeout, or the viewer's 0.2 s between
+        # updates; 50 ms leaves room for a loaded machine's scheduling)
+        assert time.perf_counter() - t0 < 0.05
         p = subprocess.Popen([sys.executable, "-c", STEER_WRITER, name], env={**os.environ, "PYTHONPATH": ROOT})
         got, slowest = [], 0.0
         deadline = time.monotonic() + 30
@@ -151,7 +153,7 @@ def test_steering_reaches_a_simulation_that_never_waits(tmp_path):
             time.sleep(0.02)
         assert p.wait(timeout=30) == 0
         assert got and got[0] == {"iso_values": [0.5], "camera": {"azimuth": 30.0}}
-        assert slowest < 0.01  # polling never waited for the viewer
+        assert slowest < 0.05  # polling never waited for the viewer
         assert steering_name("out/f") == "out/f.steer"
     finally:
         r.close()

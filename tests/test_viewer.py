@@ -52,20 +52,17 @@ import sys, time
 from test_viewer import pattern
 from insitu.stream import FrameWriter
 stream, n, fps = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-pause_at = int(sys.argv[4]) if len(sys.argv) > 4 else -1  # then no frame for 3 s
-hold_at = int(sys.argv[5]) if len(sys.argv) > 5 else -1  # then no frame until a line comes on stdin
+pause_at = int(sys.argv[4]) if len(sys.argv) > 4 else -1  # then no frame until a line comes on stdin
+hold_at = int(sys.argv[5]) if len(sys.argv) > 5 else -1  # the same, once more
 w = FrameWriter(stream, "SST")
 t0, worst = time.monotonic(), 0.0
 for s in range(n):
-    if s == pause_at:
-        print("pause", flush=True)
-        time.sleep(3.0)
-        t0 += 3.0
-    if s == hold_at:
-        print("hold", flush=True)
-        t = time.monotonic()
-        sys.stdin.readline()
-        t0 += time.monotonic() - t
+    for at, word in ((pause_at, "pause"), (hold_at, "hold")):
+        if s == at:
+            print(word, flush=True)
+            t = time.monotonic()
+            sys.stdin.readline()
+            t0 += time.monotonic() - t
     t = time.monotonic()
     w.write(pattern(s), step=s, time=s / fps)
     worst = max(worst, time.monotonic() - t)
@@ -394,9 +391,10 @@ def test_live_stream_is_shown_and_recorded(tmp_path):
         assert st["mode"] == "live" and st["connected"] and st["fps"] > 5 and not st["ended"]
         assert st["steps"] == sorted(st["steps"])
         w.wait_line("pause", 30)
-        time.sleep(2.3)  # a writer that pauses has not ended
-        st = status(v.url)
-        assert not st["ended"] and st["connected"] and st["fps"] == 0
+        # a writer that pauses has not ended: no frame for the rate's window (2 s), still connected
+        st = until(lambda: (s := status(v.url))["fps"] == 0 and s, 30, "no frames while the writer pauses")
+        assert not st["ended"] and st["connected"]
+        tell(w)
         # before its last frame the writer waits until the viewer has read what it was sent: a
         # viewer held up by a loaded machine would otherwise miss it (SST drops new frames while
         # the viewer's queue is full)
