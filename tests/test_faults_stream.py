@@ -311,6 +311,19 @@ with FrameReader(sys.argv[1], "SST", timeout=60) as r:
 """
 
 
+def write_until_said(w: FrameWriter, reader, step: int, t: float, period: float, limit: float = 60.0) -> int:
+    """Writes frames of time `t` from `step` on, one every `period` seconds, until `reader`
+    printed something (at most `limit` seconds); returns the next step."""
+    end = time.monotonic() + limit
+    with selectors.DefaultSelector() as sel:
+        sel.register(reader.stdout, selectors.EVENT_READ)
+        while not sel.select(timeout=0) and time.monotonic() < end:
+            w.write(np.full((64, 64, 4), step % 256, np.uint8), step=step, time=t)
+            step += 1
+            time.sleep(period)
+    return step
+
+
 def test_the_default_writer_never_waits_for_its_process_and_delivers_the_newest_frame(tmp_path):
     name = str(tmp_path / "frames")
     before = shared_memory()
@@ -318,23 +331,11 @@ def test_the_default_writer_never_waits_for_its_process_and_delivers_the_newest_
     reader = None
     try:
         reader = spawn(DRAINING_READER, name)
-        step, end = 0, time.monotonic() + 60
-        with selectors.DefaultSelector() as sel:  # frames flow until the reader is in
-            sel.register(reader.stdout, selectors.EVENT_READ)
-            while not sel.select(timeout=0) and time.monotonic() < end:
-                w.write(np.full((64, 64, 4), step % 256, np.uint8), step=step, time=0.0)
-                step += 1
-                time.sleep(0.05)
+        step = write_until_said(w, reader, 0, 0.0, 0.05)  # frames flow until the reader is in
         assert "connected" in reader.stdout.readline()
         # its queue emptied first: a reader that a loaded machine held up while it connected
         # would otherwise still hold a full queue when the newest frame comes, and SST drops that
-        end = time.monotonic() + 60
-        with selectors.DefaultSelector() as sel:  # frames of time 1 until it has one
-            sel.register(reader.stdout, selectors.EVENT_READ)
-            while not sel.select(timeout=0) and time.monotonic() < end:
-                w.write(np.full((64, 64, 4), step % 256, np.uint8), step=step, time=1.0)
-                step += 1
-                time.sleep(0.2)
+        step = write_until_said(w, reader, step, 1.0, 0.2)  # frames of time 1 until it has one
         assert "drained" in reader.stdout.readline()
         os.kill(w._relay.proc.pid, signal.SIGSTOP)  # the writer process busy (stopped) in the middle of frames
         try:
