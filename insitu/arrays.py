@@ -43,6 +43,7 @@ __all__ = [
     "pinned_empty",
     "scalar_to_host",
     "scalars_to_host",
+    "scalars_to_host_async",
     "select_device",
     "to_device",
     "to_host",
@@ -356,6 +357,15 @@ def scalar_to_host(x) -> float | int:
     return v
 
 
+def _few(x, limit: int, what: str):
+    d = asarray(x)
+    if d.ndim != 1 or d.size > limit:
+        raise ValueError(f"{what}: expected a 1-D array of at most {limit} values, got shape {d.shape}")
+    for _ in range(d.size):
+        _count("scalar", d.itemsize)
+    return d
+
+
 def scalars_to_host(x, limit: int = 64) -> list:
     """Read a few values (a 1-D array of at most `limit`) to the host in one copy.
 
@@ -365,13 +375,49 @@ def scalars_to_host(x, limit: int = 64) -> list:
     """
     if not is_device_array(x):
         return np.asarray(x).reshape(-1).tolist()
-    d = asarray(x)
-    if d.ndim != 1 or d.size > limit:
-        raise ValueError(f"scalars_to_host: expected a 1-D array of at most {limit} values, got shape {d.shape}")
-    vals = d.get().tolist()
-    for _ in vals:
-        _count("scalar", d.itemsize)
-    return vals
+    return _few(x, limit, "scalars_to_host").get().tolist()
+
+
+class PendingScalars:
+    """Values on their way to the host (see :func:`scalars_to_host_async`)."""
+
+    def __init__(self, values: list | None = None, copy: tuple | None = None) -> None:
+        self._values = values
+        self._copy = copy  # (pinned buffer, event after the copy, the source kept alive)
+
+    def result(self) -> list:
+        """The values as Python numbers, once their copy is done (later work on the
+        stream is not waited for)."""
+        if self._copy is not None:
+            buf, done, _ = self._copy
+            done.synchronize()
+            self._values, self._copy = buf.tolist(), None
+        return self._values  # type: ignore[return-value]
+
+    def __del__(self) -> None:
+        # unread: the pinned buffer goes back to CuPy's pool, which must not hand it out
+        # while the copy may still write into it
+        copy = getattr(self, "_copy", None)
+        if copy is not None:
+            copy[1].synchronize()
+
+
+def scalars_to_host_async(x, limit: int = 64) -> PendingScalars:
+    """Start reading a few values (a 1-D array of at most `limit`) to the host: the
+    copy is queued on the current stream, and ``result()`` waits for it alone, so the
+    device runs on through work queued after it while the host goes on. Counted as
+    :func:`scalars_to_host`."""
+    if not is_device_array(x):
+        return PendingScalars(values=np.asarray(x).reshape(-1).tolist())
+    import cupy
+
+    d = cupy.ascontiguousarray(_few(x, limit, "scalars_to_host_async"))
+    buf = pinned_empty(d.shape, d.dtype)
+    stream = cupy.cuda.get_current_stream()
+    cupy.cuda.runtime.memcpyAsync(buf.ctypes.data, d.data.ptr, d.nbytes, 4, stream.ptr)  # 4: cudaMemcpyDefault
+    done = cupy.cuda.Event(disable_timing=True)
+    done.record(stream)
+    return PendingScalars(copy=(buf, done, d))
 
 
 def pinned_empty(shape, dtype) -> np.ndarray:

@@ -252,4 +252,5 @@ def test_pinned_empty_shape_and_dtype(shape, dtype):
 def test_scalars_to_host_of_host_values_is_uncounted():
     with arrays.count_transfers() as counted:
         assert arrays.scalars_to_host(np.array([3, -1, 7], np.int64)) == [3, -1, 7]
+        assert arrays.scalars_to_host_async(np.array([2.5, 4.0])).result() == [2.5, 4.0]
     assert counted.scalar_reads == 0

@@ -136,12 +136,14 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
 
     if gpu:
         # Second level of the scan: the tiles, all levels in one numbering (_gpu.scan; the
-        # exact totals guard it). The flag, the totals and the levels' ends in one read:
-        # each read waits for the device.
+        # exact totals guard it). The flag, the totals and the levels' ends in one read,
+        # issued before pass 2: the host waits for it, not for pass 2, and its work after
+        # the read overlaps pass 2.
         scan = _gpu.scan(counts)
         totals = bad if len(levels) == 1 else xp.concatenate([bad.astype(xp.int64),
                                                               scan[ntiles - 1:len(levels) * ntiles - 1:ntiles]
                                                               .astype(xp.int64)])
+        totals = arrays.scalars_to_host_async(totals)
 
         def generate(mesh, room, vend=None):
             vedge = sc.edges(room[0])
@@ -159,7 +161,7 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
             # the room; a mesh that outgrows it is made again below).
             mesh = alloc(*room)
             generate(mesh, room)
-        nbad, nv, nf, *vend = arrays.scalars_to_host(totals)
+        nbad, nv, nf, *vend = totals.result()
         if nbad:
             raise ValueError(f"{name}: contains NaN or inf")
         _check_size(name, nv, nf)

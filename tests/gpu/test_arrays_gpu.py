@@ -74,3 +74,22 @@ def test_scalars_to_host_reads_a_few_values_counted_one_each():
         arrays.scalars_to_host(d, limit=2)
     with pytest.raises(ValueError, match="1-D"):
         arrays.scalars_to_host(d.reshape(3, 1))
+
+
+def test_scalars_to_host_async_waits_for_its_copy_not_for_later_work():
+    """The values queued before the read come back while a kernel queued after it still runs."""
+    spin = cp.RawKernel(r"""
+    extern "C" __global__ void spin(long long cycles) {
+        const long long t0 = clock64();
+        while (clock64() - t0 < cycles) {}
+    }""", "spin")
+    d = cp.arange(12, dtype=cp.int64)[::3] * 7  # strided: copied contiguous first
+    with insitu.no_host_transfers(allow_scalars=True) as counted:
+        pending = arrays.scalars_to_host_async(d)
+        spin((1,), (1,), (np.int64(2_000_000_000),))  # about a second at the H200's clocks
+        assert pending.result() == [0, 21, 42, 63]
+        assert not cp.cuda.get_current_stream().done  # the spin kernel is still running
+    assert counted.scalar_reads == 4
+    cp.cuda.get_current_stream().synchronize()
+    with pytest.raises(ValueError, match="at most 2 values"):
+        arrays.scalars_to_host_async(d, limit=2)

@@ -261,7 +261,8 @@ def test_gpu_noise_mesh_is_the_cpu_mesh_and_manifold(dtype):
 def test_gpu_whole_volume_pass_with_wide_loads_is_the_cpu_mesh(dtype, shape, region):
     """4-byte samples in 16-byte aligned rows take pass 1 with 16-byte loads (mc_count4: tiles
     straddle its segments, spans merge over its columns); noise at levels equal to samples,
-    the mesh numbered as the CPU numbers it, NaN still reported."""
+    one level and two (a field sampled), the mesh numbered as the CPU numbers it, NaN still
+    reported."""
     from render.contour import _gpu
 
     rng = np.random.default_rng(11)
@@ -287,6 +288,13 @@ def test_gpu_whole_volume_pass_with_wide_loads_is_the_cpu_mesh(dtype, shape, reg
             # zero, up to rounding that differs between the backends' arithmetic)
             some = np.linalg.norm(cpu[2], axis=1) > 0.5
             np.testing.assert_allclose(cp.asnumpy(gpu[2])[some], cpu[2][some], atol=1e-5)
+        # two levels, a field sampled
+        field = np.cos(vol.astype(np.float64))
+        cpu = marching_cubes(vol, [2.0, 1.0], values=field, **kw)
+        gpu = marching_cubes(cp.asarray(vol), [2.0, 1.0], values=cp.asarray(field), **kw)
+        np.testing.assert_array_equal(cp.asnumpy(gpu[1]), cpu[1])
+        for i in (0, 3):
+            np.testing.assert_allclose(cp.asnumpy(gpu[i]), cpu[i], atol=1e-5)
     finally:
         _gpu._kernel = kernel
     assert "count4" in kinds and "count" not in kinds
