@@ -789,7 +789,7 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
 struct Out {
     double sp[3], isp[3], org[3];  // isp = 1 / sp
     long long off[3], dims[3], keybase;
-    float* verts; int* faces; float* normals; float* vout; long long* keys;
+    float* verts; float* normals; float* vout; long long* keys;
     const void* vals; int vals_f32; Vol vg;  // the sampled field: float32 or float64, read as it is
 };
 
@@ -799,7 +799,9 @@ __device__ __forceinline__ double sample(const Out& o, int i, int j, int k) {
 
 // Position, normal (and sampled value, global key) of the vertices of level lev: from the
 // end of the previous level's tiles in vti (the scan of every level's tile totals, ntiles
-// a level) to the end of its own, those below room.
+// a level) to the end of its own, those below room. An edge whose samples lie outside the
+// gradient box (the passes disagreeing: a bug) gets a NaN vertex, not a read out of bounds
+// (which would lose the CUDA context, and the simulation with it).
 template <typename T, int MINB>
 __global__ void __launch_bounds__(256, MINB) mc_vertex(const T* __restrict__ v, const Vol g, const double level,
         const long long* __restrict__ vedge, const int* __restrict__ vti, const long long ntiles, const int lev,
@@ -815,6 +817,14 @@ __global__ void __launch_bounds__(256, MINB) mc_vertex(const T* __restrict__ v, 
         const int i = (int)(e >> 42), j = (int)((e >> 22) & 0xFFFFF), k = (int)((e >> 2) & 0xFFFFF);
         const int a = (int)(e & 3);
         const int di = a == 0, dj = a == 1, dk = a == 2;
+        if (a == 3 || i < g.elo[0] || i + di > g.ehi[0] || j < g.elo[1] || j + dj > g.ehi[1] || k < g.elo[2]
+                || k + dk > g.ehi[2]) {
+            #pragma unroll
+            for (int d = 0; d < 3; ++d) o.verts[3 * n + d] = o.normals[3 * n + d] = __int_as_float(0x7FC00000);
+            if (o.vout) o.vout[n] = __int_as_float(0x7FC00000);
+            if (o.keys) o.keys[n] = -1;
+            continue;
+        }
         const long long st[3] = {g.s0, g.s1, g.s2};
         const long long sa = a == 0 ? g.s0 : a == 1 ? g.s1 : g.s2;
         const T* pc = v + i * g.s0 + j * g.s1 + k * g.s2;  // the edge runs from pc to pc + sa
@@ -961,7 +971,7 @@ _BOX = [(n, "i4") for n in ("lo0", "lo1", "lo2", "hi0", "hi1", "hi2", "chunk", "
 
 
 _OUT = [("sp", "3f8"), ("isp", "3f8"), ("org", "3f8"), ("off", "3i8"), ("dims", "3i8"), ("keybase", "i8"),
-        ("verts", "u8"), ("faces", "u8"), ("normals", "u8"), ("vout", "u8"), ("keys", "u8"), ("vals", "u8"),
+        ("verts", "u8"), ("normals", "u8"), ("vout", "u8"), ("keys", "u8"), ("vals", "u8"),
         ("vals_f32", "i4"), ("vg", _record(tuple(_VOL)))]
 
 
@@ -1157,12 +1167,21 @@ def generate(vol, ext, level, lo, hi, chunk, tiles, scan, n, ntiles, room, known
                                                      vti[level_tiles], tti[level_tiles], vti[nall - 1:],
                                                      np.int32(ntk), tables, faces, vedge,
                                                      np.uint32(room[0]), np.uint32(room[1]), units, planes))
+    vertices(vol, ext, level, vedge, vti, ntiles, n, room[0], room[0] if known is None else known, geo, offset,
+             vals, keys, dims, keybase, verts, normals, vout)
+
+
+def vertices(vol, ext, level, vedge, vti, ntiles, n, room, most, geo, offset, vals, keys, dims, keybase,
+             verts, normals, vout) -> None:
+    """The vertex kernel (mc_vertex) for level `n`: positions, normals (values, keys) of
+    the vertices whose packed edges pass 2 wrote in `vedge`, from the end of level n - 1
+    to the end of level n in `vti` (the scan of the tiles' vertex counts, `ntiles` a
+    level), below `room`; `most`: at most how many (the launch's size). An edge outside
+    the gradient box `ext` gives a NaN vertex (and key -1)."""
     ptr = lambda a: 0 if a is None else a.data.ptr  # noqa: E731
     vg = _vol(vals, ext) if vals is not None else np.zeros((), _record(tuple(_VOL)))
-    o = _struct(_OUT, [geo[:3], 1.0 / geo[:3], geo[3:], offset, dims, keybase, ptr(verts), ptr(faces),
-                             ptr(normals), ptr(vout), ptr(keys), ptr(vals),
-                             int(vals is not None and vals.dtype == np.float32), vg])
-    most = room[0] if known is None else known
+    o = _struct(_OUT, [geo[:3], 1.0 / geo[:3], geo[3:], offset, dims, keybase, ptr(verts), ptr(normals),
+                       ptr(vout), ptr(keys), ptr(vals), int(vals is not None and vals.dtype == np.float32), vg])
     blocks = min(-(-most // 256), _vertex_blocks(vol.device.id))
-    _kernel("vertex", vol.dtype)((blocks,), (256,), (vol, g, np.float64(level), vedge, vti, np.int64(ntiles),
-                                                     np.int32(n), np.int64(room[0]), o))
+    _kernel("vertex", vol.dtype)((blocks,), (256,), (vol, _vol(vol, ext), np.float64(level), vedge, vti,
+                                                     np.int64(ntiles), np.int32(n), np.int64(room), o))

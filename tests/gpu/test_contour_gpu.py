@@ -311,3 +311,40 @@ def test_gpu_whole_volume_pass_with_wide_loads_is_the_cpu_mesh(dtype, shape, reg
         bad[10, 10, 100] = cp.nan  # inside every box above
         with pytest.raises(ValueError, match="volume: contains NaN or inf"):
             marching_cubes(bad, 1.0, **kw)
+
+
+def test_gpu_vertex_edges_outside_the_volume_give_nan_vertices():
+    """A packed vertex edge outside the gradient box (the passes disagreeing: a bug) makes a
+    NaN vertex and key -1, not a read out of bounds that would lose the CUDA context; the
+    other edges' vertices are right (a linear field: positions and normals exact)."""
+    from render.contour import _gpu
+
+    shape = (4, 5, 6)
+    vol = cp.asarray(np.fromfunction(lambda i, j, k: 30 * i + 6 * j + k, shape, dtype=np.float32))
+    level = 40.5
+
+    def pack(i, j, k, a):
+        return (i << 42) | (j << 22) | (k << 2) | a
+
+    edges = [pack(1, 1, 4, 2), pack(0, 2, 3, 0), pack(3, 0, 0, 0), pack(0, 0, 0, 3), pack(1, 4, 0, 1),
+             pack(2, 1, 5, 2), pack(5, 1, 1, 1), -1, 2**63 - 1]
+    good = {0: (1.0, 1.0, 4.5), 1: (0.85, 2.0, 3.0)}
+    n = len(edges)
+    verts, normals = cp.empty((n, 3), cp.float32), cp.empty((n, 3), cp.float32)
+    keys = cp.empty(n, cp.int64)
+    dims = np.asarray(shape, np.int64)
+    _gpu.vertices(vol, (0, 0, 0, 3, 4, 5), level, cp.asarray(np.array(edges, np.int64)), cp.asarray([n], cp.int32),
+                  1, 0, n, n, np.array([1.0, 1, 1, 0, 0, 0]), (0, 0, 0), None, keys, dims, 0, verts, normals, None)
+    v, nrm, key = cp.asnumpy(verts), cp.asnumpy(normals), cp.asnumpy(keys)
+    grad = np.array([30.0, 6.0, 1.0])
+    for e in range(n):
+        if e in good:
+            np.testing.assert_allclose(v[e], good[e], atol=1e-6)
+            np.testing.assert_allclose(nrm[e], -grad / np.linalg.norm(grad), atol=1e-6)
+            i, j, k = (int(x) for x in np.floor(np.array(good[e])))
+            a = 2 if e == 0 else 0
+            assert key[e] == ((a * shape[0] + i) * shape[1] + j) * shape[2] + k
+        else:
+            assert np.isnan(v[e]).all() and np.isnan(nrm[e]).all() and key[e] == -1, (e, v[e], nrm[e], key[e])
+    # the context is alive: a whole mesh still comes out
+    assert len(marching_cubes(vol, level)[1]) > 0
