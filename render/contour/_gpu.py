@@ -157,6 +157,31 @@ __device__ __forceinline__ void taint<double>(double x, float& acc) { acc += (fl
 template <bool B>
 struct Bool { static constexpr bool value = B; };
 
+// A pass 1 warp's part of the stats: whether it met NaN or inf (acc), its vertices sv and
+// triangles st (each lane's); exact in 64 bits, the caller's scans are int32.
+__device__ __forceinline__ void add_stats(unsigned long long* stats, unsigned sv, unsigned st, float acc, int lane) {
+    sv = __reduce_add_sync(FULL, sv);
+    st = __reduce_add_sync(FULL, st);
+    const bool nan = __ballot_sync(FULL, acc != acc) != 0u;
+    if (lane == 0) {
+        if (nan) atomicAdd(stats, 1ull);
+        if (sv) atomicAdd(stats + 1, (unsigned long long)sv);
+        if (st) atomicAdd(stats + 2, (unsigned long long)st);
+    }
+}
+
+// step(i, q) for the planes i = first .. last, q alternating between two buffers of loads in
+// flight (a plane's loads go into the buffer whose plane was just used: copying a buffer
+// would wait for its loads).
+template <typename Step, typename Q>
+__device__ __forceinline__ void each_plane(int first, int last, Step& step, Q& qa, Q& qb) {
+    for (int i = first; i <= last; i += 2) {
+        step(i, qa);
+        if (i + 1 > last) break;
+        step(i + 1, qb);
+    }
+}
+
 // A warp holds 32 consecutive points along k (lane l: k0 + l) of NR consecutive rows j of
 // one plane as NR ballots: bit l of M[r] = sample (i, j0 + r, k0 + l) above the level.
 // Every sample is loaded once per warp, coalesced; a point's neighbours along k are the
@@ -270,11 +295,7 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
             for (int r = 0; r <= R; ++r) M[r] = N[r];
             p += s0;
         };
-        for (int i = i0; i <= i1; i += 2) {
-            step(i, q1);
-            if (i + 1 > i1) break;
-            step(i + 1, q2);
-        }
+        each_plane(i0, i1, step, q1, q2);
     };
     if (nrow == R + 1 && U == FULL) run(Bool<true>()); else run(Bool<false>());
     if (lane == 0)
@@ -292,19 +313,12 @@ __global__ void __launch_bounds__(256, MINB) mc_count(const T* __restrict__ v, c
             ltile[tile] = nv[r];
         }
     }
-    // stats: warps that met NaN or inf, vertices, triangles (exact: the caller's scans are int32)
+    // stats: warps that met NaN or inf, vertices, triangles (see add_stats)
     unsigned sv = 0u, st = 0u;
     #pragma unroll
     for (int r = 0; r < R; ++r)
         if (own && r < nrow) { sv += nv[r]; st += nt[r]; }
-    sv = __reduce_add_sync(FULL, sv);
-    st = __reduce_add_sync(FULL, st);
-    const bool nan = __ballot_sync(FULL, acc != acc) != 0u;
-    if (lane == 0) {
-        if (nan) atomicAdd(stats, 1ull);
-        if (sv) atomicAdd(stats + 1, (unsigned long long)sv);
-        if (st) atomicAdd(stats + 2, (unsigned long long)st);
-    }
+    add_stats(stats, sv, st, acc, lane);
 }
 
 // Pass 1 over every unit of a volume of 4-byte samples whose rows hold k at unit stride and
@@ -465,11 +479,7 @@ __global__ void __launch_bounds__(256, MINB) mc_count4(const T* __restrict__ v, 
             for (int r = 0; r <= R; ++r) M[r] = N[r];
             p += s0;
         };
-        for (int i = i0; i <= i1; i += 2) {
-            step(i, q1);
-            if (i + 1 > i1) break;
-            step(i + 1, q2);
-        }
+        each_plane(i0, i1, step, q1, q2);
     };
     if (nrow == R + 1 && __all_sync(FULL, npt == 4)) run(Bool<true>()); else run(Bool<false>());
     // the column's span, merged with the other segment's where the column straddles two
@@ -504,14 +514,7 @@ __global__ void __launch_bounds__(256, MINB) mc_count4(const T* __restrict__ v, 
             }
         }
     }
-    sv = __reduce_add_sync(FULL, sv);
-    st = __reduce_add_sync(FULL, st);
-    const bool nan = __ballot_sync(FULL, acc != acc) != 0u;
-    if (lane == 0) {
-        if (nan) atomicAdd(stats, 1ull);
-        if (sv) atomicAdd(stats + 1, (unsigned long long)sv);
-        if (st) atomicAdd(stats + 2, (unsigned long long)st);
-    }
+    add_stats(stats, sv, st, acc, lane);
 }
 
 // A vertex's edge packed: point (i, j, k) and axis a.
@@ -776,11 +779,7 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
             if (i + 5 <= b.hi0 && i + 3 <= i1) load_rows<F>(p + 5 * s0, s1, nr, kin, q);
             p += s0;
         };
-        for (int i = ia; i <= ib; i += 2) {
-            step(i, q3);
-            if (i + 1 > ib) break;
-            step(i + 1, q4);
-        }
+        each_plane(ia, ib, step, q3, q4);
     };
     if (nrow == 3 && k - lane + 31 <= b.hi2) run_planes(Bool<true>()); else run_planes(Bool<false>());
     if (qn) flush(qn);
