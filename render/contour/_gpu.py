@@ -572,8 +572,21 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     // block the next third): the 8 warps each load rows j .. j + 2, so most of their loads
     // hit in L1. A block a piece: the hardware hands the next block to the SM with room
     // (pieces differ widely in work; blocks looping over the list spilled registers).
-    if ((int)blockIdx.x >= 3 * units[0]) return;
+    // (every unit: the grid is the pieces, none beyond)
+    if (LIST && (int)blockIdx.x >= 3 * units[0]) return;
     const int round = blockIdx.x %% 3, u = LIST ? units[1 + blockIdx.x / 3] : (int)blockIdx.x / 3;
+    const int lane = threadIdx.x;
+    const int m1 = b.hi1 - b.lo1 + 1;
+    int bx, by, c;
+    unit_of(u, b, bx, by, c);
+    const int r1 = UROWS * bx + 8 * round + threadIdx.y, j = b.lo1 + r1;
+    const int k = b.lo2 + TILE * by + lane;
+    const long long tile = ((long long)c * m1 + r1) * ntk + by;  // the warp's
+    // Warps whose tile has nothing (or lies outside the box) leave, and blocks with none
+    // that has something before the tables are copied: most blocks of a volume, which
+    // would hold their SM's room for two waits on memory.
+    const bool work = j <= b.hi1 && k - lane <= b.hi2 && (vtile[tile] | ttile[tile]) != 0;
+    if (!__syncthreads_or(work)) return;
     const int tid = threadIdx.y * 32 + threadIdx.x;
     for (int q = tid; q < 256; q += 256) {
         reinterpret_cast<uint4*>(s_tri)[q] = reinterpret_cast<const uint4*>(tabs + TRI)[q];
@@ -581,17 +594,9 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
         s_ntri[q] = tabs[NTRI_C + q];
     }
     __syncthreads();
-    const int lane = threadIdx.x;
-    const int m1 = b.hi1 - b.lo1 + 1;
-    int bx, by, c;
-    unit_of(u, b, bx, by, c);
-    const int r1 = UROWS * bx + 8 * round + threadIdx.y, j = b.lo1 + r1;
-    const int k = b.lo2 + TILE * by + lane;
-    if (j > b.hi1 || k - lane > b.hi2) return;
+    if (!work) return;
     const bool kin = k <= b.hi2, own = kin && lane < TILE;
     const int i0 = b.lo0 + c * b.chunk, i1 = min(i0 + b.chunk - 1, b.hi0);
-    const long long tile = ((long long)c * m1 + r1) * ntk + by;  // the warp's
-    if (!(vtile[tile] | ttile[tile])) return;
     // The planes to walk: from the first to the last where pass 1 saw samples of rows j ..
     // j + 2 on both sides (its warps of CR rows hold rows j0 .. j0 + CR: one or two of them).
     // Outside them no edge of these rows is crossed: no vertex, no face, counts unchanged.
