@@ -10,7 +10,7 @@ Both passes work on units: a chunk of planes x 24 rows j x 30 points k (24 tiles
 units where the level can be crossed are visited: mc_units tests each unit's samples
 against the volume's per-tile (min, max) (insitu.ranges), mc_list lists those units and
 the ones whose tiles they number vertices from (one unit further along each axis), and the
-passes run a block per listed unit (the walk: per third of one; the grid covers every unit,
+passes run a block per listed unit (the walk: per sixth of one; the grid covers every unit,
 the blocks beyond the list leave at once). So a surface touching a few percent of a large
 volume costs a few percent of its reads.
 
@@ -60,8 +60,9 @@ _SOURCE = r"""
 #define EDGE_A {%(ea)s}
 #define FULL 0xFFFFFFFFu
 #define TILE %(tile)s  // points along k per warp: a tile of the numbering (_tables.TILE)
+#define WB %(wb)s  // warps (rows) per walk block: a piece of a unit
 #define QCAP 64  // cubes a warp's queue holds (at most 31 waiting + 30 of a plane)
-#define UROWS 24  // rows j per unit (8 warps of 3 rows in pass 1, 3 x 8 warps of 1 row in pass 2)
+#define UROWS 24  // rows j per unit (8 warps of 3 rows in pass 1, 24 / WB pieces of WB warps of 1 row in pass 2)
 
 struct Vol { long long s0, s1, s2; int elo[3], ehi[3]; };  // strides; samples gradients use
 struct Box { int lo0, lo1, lo2, hi0, hi1, hi2, chunk, nbx, nby; };  // nbx, nby: units along j, k
@@ -555,7 +556,7 @@ __device__ __forceinline__ unsigned pair_bits(const unsigned* X, int s) {
 // then write their faces a cube each (written as they come, most lanes would idle through
 // the writes). Vertex and face numbers fit int32 (checked by the caller).
 template <typename T, int MINB, bool LIST>
-__global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, const Vol g, const Box b,
+__global__ void __launch_bounds__(32 * WB, MINB) mc_walk(const T* __restrict__ v, const Vol g, const Box b,
         const double level, const float levelf, const int* __restrict__ vtile, const int* __restrict__ ttile,
         const int* __restrict__ ltile, const int* __restrict__ vti, const int* __restrict__ tti,
         const int* __restrict__ t0, const int ntk, const unsigned char* __restrict__ tabs, int* __restrict__ faces,
@@ -566,20 +567,23 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     // Per warp a ring of QCAP cubes waiting for their faces: the vertex numbers of their 12
     // edges and their first face (row 12), and their case (rows by slot: a warp's lanes
     // touch 32 consecutive slots, no bank conflicts).
-    __shared__ int s_qv[8][13][QCAP];
-    __shared__ unsigned char s_qc[8][QCAP];
-    // A block takes a third of a unit's rows (piece n: third n %% 3 of unit n / 3, the next
-    // block the next third): the 8 warps each load rows j .. j + 2, so most of their loads
+    __shared__ int s_qv[WB][13][QCAP];
+    __shared__ unsigned char s_qc[WB][QCAP];
+    // A block takes a piece of WB rows of a unit (piece n: part n %% NP of unit n / NP, the
+    // next block the next part): the warps each load rows j .. j + 2, so most of their loads
     // hit in L1. A block a piece: the hardware hands the next block to the SM with room
-    // (pieces differ widely in work; blocks looping over the list spilled registers).
+    // (pieces differ widely in work; blocks looping over the list spilled registers). Small
+    // blocks at many per SM keep more warps resident than 8-warp blocks did (the walk waits
+    // on each warp's chain of dependent steps, so resident warps are its speed).
     // (every unit: the grid is the pieces, none beyond)
-    if (LIST && (int)blockIdx.x >= 3 * units[0]) return;
-    const int round = blockIdx.x %% 3, u = LIST ? units[1 + blockIdx.x / 3] : (int)blockIdx.x / 3;
+    constexpr int NP = UROWS / WB;
+    if (LIST && (int)blockIdx.x >= NP * units[0]) return;
+    const int round = blockIdx.x %% NP, u = LIST ? units[1 + blockIdx.x / NP] : (int)blockIdx.x / NP;
     const int lane = threadIdx.x;
     const int m1 = b.hi1 - b.lo1 + 1;
     int bx, by, c;
     unit_of(u, b, bx, by, c);
-    const int r1 = UROWS * bx + 8 * round + threadIdx.y, j = b.lo1 + r1;
+    const int r1 = UROWS * bx + WB * round + threadIdx.y, j = b.lo1 + r1;
     const int k = b.lo2 + TILE * by + lane;
     const long long tile = ((long long)c * m1 + r1) * ntk + by;  // the warp's
     // Warps whose tile has nothing (or lies outside the box) leave, and blocks with none
@@ -588,7 +592,7 @@ __global__ void __launch_bounds__(256, MINB) mc_walk(const T* __restrict__ v, co
     const bool work = j <= b.hi1 && k - lane <= b.hi2 && (vtile[tile] | ttile[tile]) != 0;
     if (!__syncthreads_or(work)) return;
     const int tid = threadIdx.y * 32 + threadIdx.x;
-    for (int q = tid; q < 256; q += 256) {
+    for (int q = tid; q < 256; q += 32 * WB) {
         reinterpret_cast<uint4*>(s_tri)[q] = reinterpret_cast<const uint4*>(tabs + TRI)[q];
         s_case[q] = tabs[CASE_Q + q];
         s_ntri[q] = tabs[NTRI_C + q];
@@ -887,7 +891,7 @@ def tables(ntri: np.ndarray, tri: np.ndarray) -> np.ndarray:
     """The passes' tables in one uint8 array (offsets TRI, CASE_Q, NTRI_C, NTRI_Q of the
     source), from `ntri` (256,) and `tri` (256, 15) of _tables.kernel_tables: uploaded
     once; each block copies its part to shared memory in three loads a thread (the
-    walk has a block per third of a unit, so per-block arithmetic on the tables adds up).
+    walk has a block per sixth of a unit, so per-block arithmetic on the tables adds up).
 
     Cases are also indexed by quad() bits: bit 4 di + 2 dj + dk for corner (di, dj, dk)."""
     q = np.arange(256)
@@ -911,8 +915,11 @@ def supported(dtype) -> bool:
 # Template arguments, measured at 1024^3 (docs/BENCHMARKS.md; H200, the vertex kernel's on
 # an H100): rows per warp and blocks per SM in pass 1 (more blocks beat the few registers
 # they spill), blocks per SM in the walk and the vertex kernel; in mc_count4 three blocks
-# per SM spill its loads in flight, which costs more than the blocks gain.
-_KERNELS = {"count": "3, 5", "walk": "3", "vertex": "3", "count4": "3, 2"}
+# per SM spill its loads in flight, which costs more than the blocks gain. The walk: 7 blocks
+# of _WALK_WARPS warps (28 warps at 72 registers, a few bytes spilled) beat 6 of 4 and 3 of 8
+# (24 warps at 80 registers, none spilled).
+_KERNELS = {"count": "3, 5", "walk": "7", "vertex": "3", "count4": "3, 2"}
+_WALK_WARPS = 4  # warps per walk block (the source's WB): rows of a unit per piece
 _WIDE = {np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint32)}  # samples mc_count4 loads 4 at a time
 
 
@@ -926,6 +933,7 @@ def source(ctype: str) -> tuple[str, list[str], tuple[str, ...]]:
     subst = {f"e{a}": ", ".join(str(int(x)) for x in EDGE_BASE[:, a]) for a in range(3)}
     subst["ea"] = ", ".join(str(int(x)) for x in EDGE_AXIS)
     subst["tile"] = TILE
+    subst["wb"] = _WALK_WARPS
     subst.update(_TABLE_AT)
     wide = ctype in {_TYPES[t] for t in _WIDE}
     names = [f"mc_{kind}<{ctype}, {args}{listed}>" for kind, args in _KERNELS.items()
@@ -1007,7 +1015,7 @@ def _levelf(level: float) -> np.float32:
 
 
 _UROWS = 24  # rows j per unit: 8 warps of 3 rows in pass 1
-assert 8 * int(_KERNELS["count"].split(",")[0]) == _UROWS
+assert 8 * int(_KERNELS["count"].split(",")[0]) == _UROWS and _UROWS % _WALK_WARPS == 0
 
 
 def unit_grid(lo, hi, chunk) -> tuple[int, int, int]:
@@ -1112,8 +1120,9 @@ def scan(tiles):
 def _launch(kind: str, lo, hi, chunk) -> tuple:
     """Grid and block of a pass: a block per piece of work of every unit (the blocks of
     the pieces beyond a list leave at once)."""
-    n = math.prod(unit_grid(lo, hi, chunk)) * (3 if kind == "walk" else 1)
-    return (n,), (32, 8)
+    if kind == "walk":
+        return (math.prod(unit_grid(lo, hi, chunk)) * (_UROWS // _WALK_WARPS),), (32, _WALK_WARPS)
+    return (math.prod(unit_grid(lo, hi, chunk)),), (32, 8)
 
 
 def count(vol, ext, level, lo, hi, chunk, tables, vtile, ttile, ltile, stats, units, planes,
