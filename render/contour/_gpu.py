@@ -575,9 +575,8 @@ __global__ void __launch_bounds__(32 * WB, MINB) mc_walk(const T* __restrict__ v
     // (pieces differ widely in work; blocks looping over the list spilled registers). Small
     // blocks at many per SM keep more warps resident than 8-warp blocks did (the walk waits
     // on each warp's chain of dependent steps, so resident warps are its speed).
-    // (every unit: the grid is the pieces, none beyond)
     constexpr int NP = UROWS / WB;
-    if (LIST && (int)blockIdx.x >= NP * units[0]) return;
+    if (LIST && (int)blockIdx.x >= NP * units[0]) return;  // unlisted: the grid is every unit's pieces
     const int round = blockIdx.x %% NP, u = LIST ? units[1 + blockIdx.x / NP] : (int)blockIdx.x / NP;
     const int lane = threadIdx.x;
     const int m1 = b.hi1 - b.lo1 + 1;
