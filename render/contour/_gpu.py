@@ -62,7 +62,7 @@ _SOURCE = r"""
 #define TILE %(tile)s  // points along k per warp: a tile of the numbering (_tables.TILE)
 #define WB %(wb)s  // warps (rows) per walk block: a piece of a unit
 #define QCAP 64  // cubes a warp's queue holds (at most 31 waiting + 30 of a plane)
-#define UROWS 24  // rows j per unit (8 warps of 3 rows in pass 1, 24 / WB pieces of WB warps of 1 row in pass 2)
+#define UROWS %(urows)s  // rows j per unit (8 warps of 3 rows in pass 1, 24 / WB pieces of WB warps of 1 row in pass 2)
 
 struct Vol { long long s0, s1, s2; int elo[3], ehi[3]; };  // strides; samples gradients use
 struct Box { int lo0, lo1, lo2, hi0, hi1, hi2, chunk, nbx, nby; };  // nbx, nby: units along j, k
@@ -573,8 +573,8 @@ __global__ void __launch_bounds__(32 * WB, MINB) mc_walk(const T* __restrict__ v
     // next block the next part): the warps each load rows j .. j + 2, so most of their loads
     // hit in L1. A block a piece: the hardware hands the next block to the SM with room
     // (pieces differ widely in work; blocks looping over the list spilled registers). Small
-    // blocks at many per SM keep more warps resident than 8-warp blocks did (the walk waits
-    // on each warp's chain of dependent steps, so resident warps are its speed).
+    // blocks, many per SM, keep more warps resident: the walk waits on each warp's chain of
+    // dependent steps, so resident warps are its speed.
     constexpr int NP = UROWS / WB;
     if (LIST && (int)blockIdx.x >= NP * units[0]) return;  // unlisted: the grid is every unit's pieces
     const int round = blockIdx.x %% NP, u = LIST ? units[1 + blockIdx.x / NP] : (int)blockIdx.x / NP;
@@ -914,9 +914,9 @@ def supported(dtype) -> bool:
 # Template arguments, measured at 1024^3 (docs/BENCHMARKS.md; H200, the vertex kernel's on
 # an H100): rows per warp and blocks per SM in pass 1 (more blocks beat the few registers
 # they spill), blocks per SM in the walk and the vertex kernel; in mc_count4 three blocks
-# per SM spill its loads in flight, which costs more than the blocks gain. The walk: 7 blocks
-# of _WALK_WARPS warps (28 warps at 72 registers, a few bytes spilled) beat 6 of 4 and 3 of 8
-# (24 warps at 80 registers, none spilled).
+# per SM spill its loads in flight, which costs more than the blocks gain. The walk: small
+# blocks (_WALK_WARPS warps), many per SM, keep more warps resident, worth the few bytes the
+# tighter register cap spills.
 _KERNELS = {"count": "3, 5", "walk": "7", "vertex": "3", "count4": "3, 2"}
 _WALK_WARPS = 4  # warps per walk block (the source's WB): rows of a unit per piece
 _WIDE = {np.dtype(np.float32), np.dtype(np.int32), np.dtype(np.uint32)}  # samples mc_count4 loads 4 at a time
@@ -933,6 +933,7 @@ def source(ctype: str) -> tuple[str, list[str], tuple[str, ...]]:
     subst["ea"] = ", ".join(str(int(x)) for x in EDGE_AXIS)
     subst["tile"] = TILE
     subst["wb"] = _WALK_WARPS
+    subst["urows"] = _UROWS
     subst.update(_TABLE_AT)
     wide = ctype in {_TYPES[t] for t in _WIDE}
     names = [f"mc_{kind}<{ctype}, {args}{listed}>" for kind, args in _KERNELS.items()
@@ -1013,7 +1014,7 @@ def _levelf(level: float) -> np.float32:
     return np.nextafter(f, np.float32(-np.inf)) if float(f) > level else f
 
 
-_UROWS = 24  # rows j per unit: 8 warps of 3 rows in pass 1
+_UROWS = 24  # rows j per unit (the source's UROWS): 8 warps of 3 rows in pass 1
 assert 8 * int(_KERNELS["count"].split(",")[0]) == _UROWS and _UROWS % _WALK_WARPS == 0
 
 
