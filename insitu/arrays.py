@@ -404,8 +404,9 @@ class PendingScalars:
 
 def scalars_to_host_async(x, limit: int = 64) -> PendingScalars:
     """Start reading a few values (a 1-D array of at most `limit`) to the host: the
-    copy is queued on the current stream, and ``result()`` waits for it alone, so the
-    device runs on through work queued after it while the host goes on. Counted as
+    copy waits for the work queued so far on the current stream but runs on a stream of
+    its own, and ``result()`` waits for it alone, so the device runs on through work
+    queued after it, without waiting for the copy, while the host goes on. Counted as
     :func:`scalars_to_host`."""
     if not is_device_array(x):
         return PendingScalars(values=np.asarray(x).reshape(-1).tolist())
@@ -413,11 +414,23 @@ def scalars_to_host_async(x, limit: int = 64) -> PendingScalars:
 
     d = cupy.ascontiguousarray(_few(x, limit, "scalars_to_host_async"))
     buf = pinned_empty(d.shape, d.dtype)
-    stream = cupy.cuda.get_current_stream()
-    cupy.cuda.runtime.memcpyAsync(buf.ctypes.data, d.data.ptr, d.nbytes, 4, stream.ptr)  # 4: cudaMemcpyDefault
+    ready = cupy.cuda.Event(disable_timing=True)
+    ready.record()
+    side = _copy_stream(cupy.cuda.runtime.getDevice())
+    side.wait_event(ready)
+    cupy.cuda.runtime.memcpyAsync(buf.ctypes.data, d.data.ptr, d.nbytes, 4, side.ptr)  # 4: cudaMemcpyDefault
     done = cupy.cuda.Event(disable_timing=True)
-    done.record(stream)
+    done.record(side)
     return PendingScalars(copy=(buf, done, d))
+
+
+@functools.cache
+def _copy_stream(device: int):
+    """The stream reads of scalars_to_host_async run on, one per device (work queued after
+    a read on the caller's stream would otherwise wait for the copy)."""
+    import cupy
+
+    return cupy.cuda.Stream(non_blocking=True)
 
 
 def pinned_empty(shape, dtype) -> np.ndarray:

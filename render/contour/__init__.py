@@ -91,9 +91,9 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     given. `out`: C-contiguous buffers on vol's backend, large enough (see _check_out),
     written in place.
     """
-    xp = arrays.get_array_module(vol)
     gpu = arrays.is_device_array(vol)
-    tables = _device_tables(arrays.device_id(vol) if gpu else None)
+    xp = arrays.get_array_module(vol)
+    tables = _device_tables(vol.device.id if gpu else None)
     m = [h - l + 1 for l, h in zip(lo, hi)]
     chunk = chunk_planes(m[0])
     if gpu and vals is not None and vals.dtype not in (xp.float32, xp.float64):
@@ -103,7 +103,7 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     if gpu:  # per tile its vertices, triangles and lead column's vertices (see _gpu.count)
         sc = _gpu.Scratch.get(len(levels), ntiles, math.prod(_gpu.unit_grid(lo, hi, chunk)),
                               _gpu.span_count(lo, hi, chunk), ranges is not None)
-        counts, units, active, bad = sc.tiles, sc.units, sc.active, sc.bad
+        counts, bad = sc.tiles, sc.bad
     else:  # the same, see _cpu.count
         lo_a, hi_a = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
         ext = np.asarray(ext, np.int64)
@@ -111,10 +111,10 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
         bad = 0
     for n, lev in enumerate(levels):
         if gpu:
+            tiles, units, planes = sc.level[n]
             if ranges is not None:
-                _gpu.select(ranges, lev, lo, hi, chunk, active, units[n])
-            _gpu.count(vol, ext, lev, lo, hi, chunk, tables, *counts[:, n], bad, units[n], sc.planes[n],
-                       ranges is not None)
+                _gpu.select(ranges, lev, lo, hi, chunk, sc.active, units)
+            _gpu.count(vol, ext, lev, lo, hi, chunk, tables, *tiles, bad, units, planes, ranges is not None)
         else:
             bad += _jit.call(_cpu.count, vol, lev, lo_a, hi_a, chunk, tables[0], counts[0, n], counts[1, n],
                              counts[2, n], inputs=(0,))
@@ -149,9 +149,10 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
             vedge = sc.edges(room[0])
             for n, lev in enumerate(levels):
                 known = None if vend is None else vend[n] - (vend[n - 1] if n else 0)
-                _gpu.generate(vol, ext, lev, lo, hi, chunk, counts[:, n], scan, n, ntiles, room, known, tables,
-                              geo, offset, vals, mesh[4], kdims, n * per_level, *mesh[:4], vedge, units[n],
-                              sc.planes[n], ranges is not None)
+                tiles, units, planes = sc.level[n]
+                _gpu.generate(vol, ext, lev, lo, hi, chunk, tiles, scan, n, ntiles, room, known, tables,
+                              geo, offset, vals, mesh[4], kdims, n * per_level, *mesh[:4], vedge, units,
+                              planes, ranges is not None)
 
         room = sc.room if out is None else None
         if room is not None:
@@ -241,7 +242,7 @@ def _levels(level, vol, name: str = "volume") -> list[float]:
         if not (np.isfinite(lo) and np.isfinite(hi)):
             raise ValueError(f"{name}: contains NaN or inf")
         return [(lo + hi) / 2]
-    levels = [float(v) for v in np.atleast_1d(level)]
+    levels = np.asarray(level, np.float64).reshape(-1).tolist()
     if not all(math.isfinite(v) for v in levels):
         raise ValueError(f"level: must be finite, got {level}")
     return levels

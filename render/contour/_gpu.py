@@ -1038,7 +1038,7 @@ class Scratch:
         """The scratch for this geometry on the current device, stream and thread, zeroed where it must be."""
         import cupy
 
-        key = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr, threading.get_ident(), nlevels, ntiles,
+        key = (cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr, threading.get_ident(), nlevels, ntiles,
                nunits, nspans, listed)
         sc = cls._kept.pop(key, None) or cls(nlevels, ntiles, nunits, nspans, listed)
         cls._kept[key] = sc  # the most recent last
@@ -1061,6 +1061,9 @@ class Scratch:
         self._zero = (self.tiles.data.ptr, last.data.ptr + last.nbytes - self.tiles.data.ptr)
         if not listed:
             self.units[:, 0] = nunits
+        # per level the views the passes take, made once: making them per call kept the GPU
+        # waiting for pass 1's launch
+        self.level = [(tuple(self.tiles[:, n]), self.units[n], self.planes[n]) for n in range(nlevels)]
         self.vedge = cupy.empty(0, cupy.int64)
         self.room: tuple[int, int] | None = None  # (vertices, faces) to make the next mesh in, see _mesh
 
@@ -1135,23 +1138,37 @@ def count(vol, ext, level, lo, hi, chunk, tables, vtile, ttile, ltile, stats, un
     caller) gets per warp the first and last plane where its samples are not all on one
     side: the walk steps over the planes before and after. `listed`: units from select(),
     else every unit (a list 0, 1, ... of them all)."""
-    box = _box(tuple(lo), tuple(hi), chunk)
-    g = _vol(vol, ext)
-    if not listed and _wide(vol, lo, g):
+    kind, grid, block, head = _count_plan(vol.dtype, vol.strides, tuple(ext), tuple(lo), tuple(hi), chunk,
+                                          vol.data.ptr % 16, listed)
+    lev = (np.float64(level), _levelf(level))
+    if kind == "count4":
+        _kernel(kind, vol.dtype)(grid, block, (vol, *head, *lev, tables, vtile, ttile, ltile, stats, planes))
+    else:
+        _kernel(kind, vol.dtype, listed)(grid, block, (vol, *head, *lev, tables, vtile, ttile, ltile, stats, units,
+                                                       planes))
+
+
+@functools.lru_cache(maxsize=256)
+def _count_plan(dtype, strides: tuple, ext: tuple, lo: tuple, hi: tuple, chunk: int, misalign: int,
+                listed: bool) -> tuple:
+    """Pass 1's kernel, grid, block and leading arguments for one geometry (`misalign`: the
+    volume's address modulo 16), made once: in-situ calls repeat the geometry, and the
+    host's work before this launch leaves the GPU idle."""
+    item = np.dtype(dtype).itemsize
+    if any(s % item for s in strides):
+        raise ValueError(f"marching_cubes: strides {strides} are not multiples of the item size {item}")
+    g = _vol_record(tuple(s // item for s in strides), tuple(int(x) for x in ext))
+    box = _box(lo, hi, chunk)
+    if not listed and _wide(dtype, g, misalign + item * (lo[0] * g["s0"] + lo[1] * g["s1"] + lo[2])):
         nseg = -(-(hi[2] - lo[2] + 1) // 128)
-        grid = (math.prod(unit_grid(lo, hi, chunk)[:2]) * nseg,)
-        _kernel("count4", vol.dtype)(grid, (32, 8), (vol, g, box, np.int32(nseg), np.float64(level), _levelf(level),
-                                                     tables, vtile, ttile, ltile, stats, planes))
-        return
-    grid, block = _launch("count", lo, hi, chunk)
-    _kernel("count", vol.dtype, listed)(grid, block, (vol, g, box, np.float64(level), _levelf(level),
-                                                      tables, vtile, ttile, ltile, stats, units, planes))
+        return "count4", (math.prod(unit_grid(lo, hi, chunk)[:2]) * nseg,), (32, 8), (g, box, np.int32(nseg))
+    return ("count", *_launch("count", lo, hi, chunk), (g, box))
 
 
-def _wide(vol, lo, g) -> bool:
-    """Whether mc_count4 can load `vol`'s samples from `lo` on 4 at a time (16-byte aligned rows)."""
-    return (vol.dtype in _WIDE and g["s2"] == 1 and g["s1"] % 4 == 0 and g["s0"] % 4 == 0
-            and (vol.data.ptr + 4 * (lo[0] * g["s0"] + lo[1] * g["s1"] + lo[2])) % 16 == 0)
+def _wide(dtype, g, at: int) -> bool:
+    """Whether mc_count4 can load samples of geometry `g` from byte address `at` on (modulo
+    16), 4 at a time (16-byte aligned rows)."""
+    return dtype in _WIDE and g["s2"] == 1 and g["s1"] % 4 == 0 and g["s0"] % 4 == 0 and at % 16 == 0
 
 
 def generate(vol, ext, level, lo, hi, chunk, tiles, scan, n, ntiles, room, known, tables, geo,

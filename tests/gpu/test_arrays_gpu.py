@@ -93,3 +93,21 @@ def test_scalars_to_host_async_waits_for_its_copy_not_for_later_work():
     cp.cuda.get_current_stream().synchronize()
     with pytest.raises(ValueError, match="at most 2 values"):
         arrays.scalars_to_host_async(d, limit=2)
+
+
+@pytest.mark.parametrize("own_stream", [False, True])
+def test_scalars_to_host_async_reads_what_work_queued_before_it_wrote(own_stream):
+    """The copy runs on a stream of its own, after the work queued before it on the
+    caller's stream: values a slow kernel writes before the read come back, on the
+    default stream and on one of the caller's."""
+    late = cp.RawKernel(r"""
+    extern "C" __global__ void late(long long cycles, long long* out) {
+        const long long t0 = clock64();
+        while (clock64() - t0 < cycles) {}
+        out[threadIdx.x] = 10 * (threadIdx.x + 1);
+    }""", "late")
+    stream = cp.cuda.Stream(non_blocking=True) if own_stream else cp.cuda.Stream.null
+    with stream:
+        d = cp.zeros(4, cp.int64)
+        late((1,), (4,), (np.int64(400_000_000), d))  # about 0.2 s at the H200's clocks
+        assert arrays.scalars_to_host_async(d).result() == [10, 20, 30, 40]
