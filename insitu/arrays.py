@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import sys
 import threading
 from typing import Any, Iterator
 
@@ -99,8 +100,11 @@ def _require_cupy(what: str):
 
 
 def _is_cupy_ndarray(x: Any) -> bool:
-    # Avoid importing CuPy just to answer "no" for NumPy input.
-    return type(x).__module__.startswith("cupy") and hasattr(x, "__cuda_array_interface__")
+    # CuPy is not imported just to answer "no" (a CuPy array means it was), and its
+    # __cuda_array_interface__ is not built just to test for it (a dict per call, on
+    # every launch path).
+    cp = sys.modules.get("cupy")
+    return cp is not None and isinstance(x, cp.ndarray)
 
 
 # --------------------------------------------------------------------------- accept

@@ -173,6 +173,7 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
             generate(mesh, (nv, nf), vend)
         else:
             mesh = _trim(mesh, nv, nf, room)
+        sc.done()
     else:
         if bad:
             raise ValueError(f"{name}: contains NaN or inf")

@@ -1027,24 +1027,29 @@ def unit_grid(lo, hi, chunk) -> tuple[int, int, int]:
 class Scratch:
     """The passes' scratch for one geometry, kept across calls (in-situ calls repeat the
     geometry): allocating and zeroing it per call left the GPU idle while the host did
-    it. One allocation; per call one memset of the parts that must start at zero. Kept per
-    device, stream and thread (launches from two threads would interleave), the last two."""
+    it. One allocation; per call one memset of the parts that must start at zero, queued
+    at the end of the call before (see :meth:`done`) so that the next pass 1 starts at
+    once. Kept per device, stream and thread (launches from two threads would
+    interleave), the last two."""
 
     _kept: dict[tuple, "Scratch"] = {}
     KEEP = 2
 
     @classmethod
     def get(cls, nlevels: int, ntiles: int, nunits: int, nspans: int, listed: bool) -> "Scratch":
-        """The scratch for this geometry on the current device, stream and thread, zeroed where it must be."""
+        """The scratch for this geometry on the current device, stream and thread, zeroed
+        where it must be (by then, on the stream)."""
         import cupy
 
-        key = (cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr, threading.get_ident(), nlevels, ntiles,
-               nunits, nspans, listed)
+        key = (cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr, threading.get_ident(), nlevels,
+               ntiles, nunits, nspans, listed)
         sc = cls._kept.pop(key, None) or cls(nlevels, ntiles, nunits, nspans, listed)
         cls._kept[key] = sc  # the most recent last
         while len(cls._kept) > cls.KEEP:
             cls._kept.pop(next(iter(cls._kept)))
-        sc.zero()
+        if not sc.clean:
+            sc.zero()
+        sc.clean = False
         return sc
 
     def __init__(self, nlevels: int, ntiles: int, nunits: int, nspans: int, listed: bool):
@@ -1066,12 +1071,20 @@ class Scratch:
         self.level = [(tuple(self.tiles[:, n]), self.units[n], self.planes[n]) for n in range(nlevels)]
         self.vedge = cupy.empty(0, cupy.int64)
         self.room: tuple[int, int] | None = None  # (vertices, faces) to make the next mesh in, see _mesh
+        self.clean = False  # zeroed for the next call (its memset queued)
 
     def zero(self) -> None:
         import cupy
 
         ptr, n = self._zero
         cupy.cuda.runtime.memsetAsync(ptr, 0, n, cupy.cuda.get_current_stream().ptr)
+
+    def done(self) -> None:
+        """The call is done with the scratch: every read of it is queued on this stream, or
+        finished (the totals' copy on the read stream was waited for). Queue the next
+        call's memset behind them, while the host is ahead of the GPU."""
+        self.zero()
+        self.clean = True
 
     def edges(self, nv: int):
         """Room for `nv` packed vertex edges (grown by a quarter when short)."""

@@ -197,11 +197,22 @@ def test_gpu_labels_and_binary_volumes():
                                   marching_cubes(binary, 0.5)[1])
 
 
-def test_gpu_nan_is_reported():
-    vol = cp.zeros((10, 10, 10), cp.float32)
-    vol[3, 4, 5] = cp.nan
+def test_gpu_nan_is_reported_and_the_next_call_is_whole():
+    """A call that stops at a NaN leaves the kept scratch counted; the next call on the
+    same geometry (zeroed at the end of a call that finished, so here again first) still
+    makes the CPU's mesh."""
+    vol = smooth_random((10, 12, 14), 3).astype(np.float32)
+    cpu = marching_cubes(vol, 0.0)
+    dvol = cp.asarray(vol)
+    marching_cubes(dvol, 0.0)
+    bad = dvol.copy()
+    bad[3, 4, 5] = cp.nan
     with pytest.raises(ValueError, match="volume: contains NaN or inf"):
-        marching_cubes(vol, 0.5)
+        marching_cubes(bad, 0.0)
+    for _ in range(2):
+        gpu = marching_cubes(dvol, 0.0)
+        np.testing.assert_array_equal(cp.asnumpy(gpu[1]), cpu[1])
+        np.testing.assert_allclose(cp.asnumpy(gpu[0]), cpu[0], atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [cp.float32, cp.float64])
