@@ -94,15 +94,12 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     gpu = arrays.is_device_array(vol)
     xp = arrays.get_array_module(vol)
     tables = _device_tables(vol.device.id if gpu else None)
-    m = [h - l + 1 for l, h in zip(lo, hi)]
-    chunk = chunk_planes(m[0])
+    chunk, ntiles, nunits, nspans = _box_sizes(tuple(lo), tuple(hi))
     if gpu and vals is not None and vals.dtype not in (xp.float32, xp.float64):
         vals = vals.astype(xp.float64)  # the CUDA kernel samples float32 and float64 as they are
     ext = tuple(ext) if ext is not None else (0, 0, 0, *(n - 1 for n in vol.shape))
-    ntiles = tile_count(lo, hi, chunk)
     if gpu:  # per tile its vertices, triangles and lead column's vertices (see _gpu.count)
-        sc = _gpu.Scratch.get(len(levels), ntiles, math.prod(_gpu.unit_grid(lo, hi, chunk)),
-                              _gpu.span_count(lo, hi, chunk), ranges is not None)
+        sc = _gpu.Scratch.get(len(levels), ntiles, nunits, nspans, ranges is not None)
         counts, bad = sc.tiles, sc.bad
     else:  # the same, see _cpu.count
         lo_a, hi_a = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
@@ -199,6 +196,14 @@ def _mesh(vol, levels, lo, hi, *, spacing, origin, ext=None, offset=(0, 0, 0), v
     return tuple(mesh)
 
 
+@functools.lru_cache(maxsize=256)
+def _box_sizes(lo: tuple, hi: tuple) -> tuple[int, int, int, int]:
+    """Planes per chunk, tiles, and the GPU passes' units and plane spans of the point box
+    ``lo..hi``, worked out once per box (the host's work before pass 1 delays it)."""
+    chunk = chunk_planes(hi[0] - lo[0] + 1)
+    return chunk, tile_count(lo, hi, chunk), math.prod(_gpu.unit_grid(lo, hi, chunk)), _gpu.span_count(lo, hi, chunk)
+
+
 def _check_size(name: str, nv: int, nf: int) -> None:
     if max(nv, nf) > _INT32_MAX:
         raise ValueError(f"{name}: the mesh has {nv} vertices and {nf} triangles, more than int32 indices hold")
@@ -243,7 +248,8 @@ def _levels(level, vol, name: str = "volume") -> list[float]:
         if not (np.isfinite(lo) and np.isfinite(hi)):
             raise ValueError(f"{name}: contains NaN or inf")
         return [(lo + hi) / 2]
-    levels = np.asarray(level, np.float64).reshape(-1).tolist()
+    # a number as it is (the common case, and the host's time before pass 1 delays it)
+    levels = [float(level)] if isinstance(level, (int, float)) else np.asarray(level, np.float64).reshape(-1).tolist()
     if not all(math.isfinite(v) for v in levels):
         raise ValueError(f"level: must be finite, got {level}")
     return levels

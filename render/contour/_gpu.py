@@ -1007,11 +1007,12 @@ def _vol(a, ext):
 
 
 @functools.lru_cache(maxsize=256)
-def _levelf(level: float) -> np.float32:
-    """The largest float32 <= level (float samples compare against it in float)."""
+def _level_args(level: float) -> tuple[np.float64, np.float32]:
+    """The level as the passes take it: in double, and the largest float32 <= level (float
+    samples compare against it in float)."""
     with np.errstate(over="ignore"):
         f = np.float32(level)
-    return np.nextafter(f, np.float32(-np.inf)) if float(f) > level else f
+    return np.float64(level), np.nextafter(f, np.float32(-np.inf)) if float(f) > level else f
 
 
 _UROWS = 24  # rows j per unit (the source's UROWS): 8 warps of 3 rows in pass 1
@@ -1153,7 +1154,7 @@ def count(vol, ext, level, lo, hi, chunk, tables, vtile, ttile, ltile, stats, un
     else every unit (a list 0, 1, ... of them all)."""
     kind, grid, block, head = _count_plan(vol.dtype, vol.strides, tuple(ext), tuple(lo), tuple(hi), chunk,
                                           vol.data.ptr % 16, listed)
-    lev = (np.float64(level), _levelf(level))
+    lev = _level_args(level)
     if kind == "count4":
         _kernel(kind, vol.dtype)(grid, block, (vol, *head, *lev, tables, vtile, ttile, ltile, stats, planes))
     else:
@@ -1206,7 +1207,7 @@ def generate(vol, ext, level, lo, hi, chunk, tiles, scan, n, ntiles, room, known
     nall = len(scan) // 2
     vti, tti = scan[:nall], scan[nall:]
     level_tiles = slice(n * ntiles, (n + 1) * ntiles)
-    _kernel("walk", vol.dtype, listed)(grid, block, (vol, g, box, np.float64(level), _levelf(level), *tiles,
+    _kernel("walk", vol.dtype, listed)(grid, block, (vol, g, box, *_level_args(level), *tiles,
                                                      vti[level_tiles], tti[level_tiles], vti[nall - 1:],
                                                      np.int32(ntk), tables, faces, vedge,
                                                      np.uint32(room[0]), np.uint32(room[1]), units, planes))
