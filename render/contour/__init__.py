@@ -248,8 +248,7 @@ def _levels(level, vol, name: str = "volume") -> list[float]:
         if not (np.isfinite(lo) and np.isfinite(hi)):
             raise ValueError(f"{name}: contains NaN or inf")
         return [(lo + hi) / 2]
-    # a number as it is (the common case, and the host's time before pass 1 delays it)
-    levels = [float(level)] if isinstance(level, (int, float)) else np.asarray(level, np.float64).reshape(-1).tolist()
+    levels = np.asarray(level, np.float64).reshape(-1).tolist()
     if not all(math.isfinite(v) for v in levels):
         raise ValueError(f"level: must be finite, got {level}")
     return levels

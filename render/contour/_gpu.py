@@ -990,8 +990,11 @@ _OUT = [("sp", "3f8"), ("isp", "3f8"), ("org", "3f8"), ("off", "3i8"), ("dims", 
 # The kernels' parameter records, built once per geometry: a call's host work before each
 # launch leaves the GPU idle (in-situ calls repeat the same geometry).
 @functools.lru_cache(maxsize=256)
-def _vol_record(strides: tuple, ext: tuple):
-    return _struct(_VOL, [*strides, ext[:3], ext[3:]])
+def _vol_record(item: int, strides: tuple, ext: tuple):
+    """The Vol record of samples `item` bytes wide at byte `strides`, gradients from the box `ext`."""
+    if any(s % item for s in strides):
+        raise ValueError(f"marching_cubes: strides {strides} are not multiples of the item size {item}")
+    return _struct(_VOL, [*(s // item for s in strides), ext[:3], ext[3:]])
 
 
 @functools.lru_cache(maxsize=256)
@@ -1000,10 +1003,7 @@ def _box(lo: tuple, hi: tuple, chunk: int):
 
 
 def _vol(a, ext):
-    item = a.dtype.itemsize
-    if any(s % item for s in a.strides):
-        raise ValueError(f"marching_cubes: strides {a.strides} are not multiples of the item size {item}")
-    return _vol_record(tuple(s // item for s in a.strides), tuple(int(x) for x in ext))
+    return _vol_record(a.dtype.itemsize, a.strides, tuple(int(x) for x in ext))
 
 
 @functools.lru_cache(maxsize=256)
@@ -1169,9 +1169,7 @@ def _count_plan(dtype, strides: tuple, ext: tuple, lo: tuple, hi: tuple, chunk: 
     volume's address modulo 16), made once: in-situ calls repeat the geometry, and the
     host's work before this launch leaves the GPU idle."""
     item = np.dtype(dtype).itemsize
-    if any(s % item for s in strides):
-        raise ValueError(f"marching_cubes: strides {strides} are not multiples of the item size {item}")
-    g = _vol_record(tuple(s // item for s in strides), tuple(int(x) for x in ext))
+    g = _vol_record(item, strides, tuple(int(x) for x in ext))
     box = _box(lo, hi, chunk)
     if not listed and _wide(dtype, g, misalign + item * (lo[0] * g["s0"] + lo[1] * g["s1"] + lo[2])):
         nseg = -(-(hi[2] - lo[2] + 1) // 128)
